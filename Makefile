@@ -1,0 +1,64 @@
+# lattrace: build, run and test. Every target installs what it needs first
+# (make setup is idempotent and quick when everything is present).
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
+
+GO      ?= go
+BIN     := bin/lattrace
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/lattrace/lattrace/cli.version=$(VERSION)
+
+# Debian packages: build tools, and what the tests drive (network lab, peers).
+PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdump tshark util-linux
+
+GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
+
+.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean
+
+all: build
+
+setup:
+	@missing=$$(for p in $(PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@command -v $(GO) >/dev/null || { echo "Go is not installed (want go >= 1.24 on PATH)"; exit 1; }
+
+# bpffs for pinned maps, tracefs for classic tracepoints: neither is mounted
+# at boot on every machine.
+mounts:
+	@mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+	@mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing
+
+# bpf2go compiles bpf/*.c and writes the Go bindings next to the package that
+# loads them. The outputs are committed (see README: "Generated files").
+generate:
+	cd daemon/tracer && $(GO) generate ./...
+
+check-generate: generate
+	@git diff --quiet --exit-code -- $(GENERATED) || { \
+		echo "generated BPF files are stale: run 'make generate' and commit them"; git diff --stat -- $(GENERATED); exit 1; }
+
+# vmlinux.h is committed (see bpf/README.md); this rewrites it from the
+# running kernel's BTF.
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/lattrace
+
+run: setup mounts build
+	./$(BIN) daemon
+
+lint:
+	@fmt=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$fmt" ] || { echo "not gofmt'd: $$fmt"; exit 1; }
+	$(GO) vet ./...
+
+# Packages run one at a time (-p 1): the network lab's timing tests must not
+# share the two vCPUs with another package's traffic.
+test: setup mounts check-generate lint build
+	$(GO) test -count=1 -p 1 -timeout 20m ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,78 @@
+// Package record holds the typed values lattrace produces about TCP
+// connections, independent of how they were read from the kernel: the tracer
+// decodes ring-buffer records into them, and every exporter, the CLI and the
+// tests consume them. Keeping them apart from the loader lets decoding,
+// aggregation and output be tested without root.
+package record
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Flow names one TCP connection as its local end sees it.
+type Flow struct {
+	Local  netip.AddrPort `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	// Netns is the inode number of the socket's network namespace: the same
+	// 4-tuple can exist once per namespace.
+	Netns uint32 `json:"netns"`
+}
+
+// IPv6 reports whether the connection runs over IPv6 (an IPv4 peer reached
+// through an IPv6 socket counts as IPv4, as it does on the wire).
+func (f Flow) IPv6() bool { return f.Local.Addr().Is6() }
+
+// Owner is the process last seen using the socket from process context.
+type Owner struct {
+	PID      uint32 `json:"pid"`
+	TID      uint32 `json:"tid"`
+	CgroupID uint64 `json:"cgroup_id"`
+	Comm     string `json:"comm"`
+}
+
+// Role says which end of the connection is local.
+type Role string
+
+// Roles; RoleUnknown is a connection that was open before lattrace started.
+const (
+	RoleUnknown Role = "unknown"
+	RoleClient  Role = "client"
+	RoleServer  Role = "server"
+)
+
+// ConnClose is emitted once when a connection ends, with its totals.
+type ConnClose struct {
+	// Time is when the connection closed, on CLOCK_MONOTONIC.
+	Time Mono `json:"time_mono_ns"`
+	// Cookie is the kernel's socket cookie: unique per socket while the
+	// system runs, so it tells apart connections that reuse a 4-tuple.
+	Cookie uint64 `json:"cookie"`
+	Flow   Flow   `json:"flow"`
+	Owner  Owner  `json:"owner"`
+	Role   Role   `json:"role"`
+	// Established is when the handshake completed; zero when the connection
+	// predates lattrace.
+	Established Mono `json:"established_mono_ns,omitempty"`
+	// SendCalls and BytesSent count sendmsg/write calls that returned data
+	// and the bytes they accepted.
+	SendCalls uint64 `json:"send_calls"`
+	BytesSent uint64 `json:"bytes_sent"`
+	// SendSKBs counts the socket buffers those sends filled.
+	SendSKBs uint64 `json:"send_skbs"`
+}
+
+// Lifetime is how long the connection was established, when known.
+func (c ConnClose) Lifetime() time.Duration {
+	if c.Established == 0 || c.Time < c.Established {
+		return 0
+	}
+	return c.Time.Sub(c.Established)
+}
+
+// Mono is a CLOCK_MONOTONIC timestamp in nanoseconds, the clock of
+// bpf_ktime_get_ns.
+type Mono uint64
+
+// Sub returns m - o as a duration.
+func (m Mono) Sub(o Mono) time.Duration { return time.Duration(int64(m) - int64(o)) }

@@ -1,0 +1,50 @@
+package tracer
+
+import (
+	"fmt"
+)
+
+// Counters are the kernel programs' own accounting, summed over CPUs, plus
+// the reader's. Drops are never silent: every one is counted here.
+type Counters struct {
+	RingbufFull  uint64 `json:"ringbuf_full"`
+	StorageFail  uint64 `json:"storage_fail"`
+	Submitted    uint64 `json:"records_submitted"`
+	SocksTracked uint64 `json:"socks_tracked"`
+	Decoded      uint64 `json:"records_decoded"`
+	DecodeErrors uint64 `json:"decode_errors"`
+}
+
+// Counters reads the per-CPU counters map.
+func (t *Tracer) Counters() (Counters, error) {
+	m := t.maps.Maps["counters"]
+	sum := func(k lattraceLtCounter) (uint64, error) {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(k), &perCPU); err != nil {
+			return 0, fmt.Errorf("reading counter %d: %w", k, err)
+		}
+		var s uint64
+		for _, v := range perCPU {
+			s += v
+		}
+		return s, nil
+	}
+	var c Counters
+	var err error
+	for _, f := range []struct {
+		k   lattraceLtCounter
+		dst *uint64
+	}{
+		{lattraceLtCounterLT_CNT_RINGBUF_FULL, &c.RingbufFull},
+		{lattraceLtCounterLT_CNT_STORAGE_FAIL, &c.StorageFail},
+		{lattraceLtCounterLT_CNT_RECORDS, &c.Submitted},
+		{lattraceLtCounterLT_CNT_SOCKS_TRACKED, &c.SocksTracked},
+	} {
+		if *f.dst, err = sum(f.k); err != nil {
+			return c, err
+		}
+	}
+	c.Decoded = t.decoded.Load()
+	c.DecodeErrors = t.decodeErrors.Load()
+	return c, nil
+}

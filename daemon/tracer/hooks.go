@@ -1,0 +1,87 @@
+package tracer
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// hook is one program and where it attaches. Required hooks are the ones
+// without which lattrace has nothing to report; the rest enrich records and
+// are switched off, with a line saying so, when the kernel refuses them.
+type hook struct {
+	program  string
+	hook     string
+	required bool
+	feature  string
+	attach   func(*ebpf.Program, Options) (link.Link, error)
+}
+
+// HookStatus says whether one hook is live, for the log and the API.
+type HookStatus struct {
+	Program  string `json:"program"`
+	Hook     string `json:"hook"`
+	Required bool   `json:"required"`
+	Feature  string `json:"feature"`
+	Attached bool   `json:"attached"`
+	Error    string `json:"error,omitempty"`
+}
+
+var hooks = []hook{
+	{program: "lattrace_set_state", hook: "tp_btf/inet_sock_set_state", required: true,
+		feature: "connection close records", attach: attachTracing},
+	{program: "lattrace_send_length", hook: "tp_btf/sock_send_length", required: true,
+		feature: "send counts and process ownership", attach: attachTracing},
+	{program: "lattrace_sendmsg_locked", hook: "tp_btf/tcp_sendmsg_locked", required: false,
+		feature: "socket buffers per send", attach: attachTracing},
+	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
+		feature: "connection role and establishment time", attach: attachSockops},
+}
+
+func attachTracing(p *ebpf.Program, _ Options) (link.Link, error) {
+	return link.AttachTracing(link.TracingOptions{Program: p})
+}
+
+func attachSockops(p *ebpf.Program, o Options) (link.Link, error) {
+	return link.AttachCgroup(link.CgroupOptions{Path: o.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
+}
+
+// cgroup2Root finds where the unified cgroup hierarchy is mounted: at
+// /sys/fs/cgroup on most systems, /sys/fs/cgroup/unified on hybrid ones.
+func cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) >= 3 && fields[2] == "cgroup2" {
+			return fields[1], nil
+		}
+	}
+	if err := s.Err(); err != nil {
+		return "", fmt.Errorf("reading mounts: %w", err)
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted: mount one (mount -t cgroup2 none /sys/fs/cgroup) or give --cgroup")
+}
+
+// CheckCgroup2 tells whether path is a directory of a cgroup v2 hierarchy,
+// the only place sockops programs attach.
+func CheckCgroup2(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("cgroup %s is not in a cgroup v2 hierarchy (sockops attach only there)", path)
+	}
+	return nil
+}

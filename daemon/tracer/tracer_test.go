@@ -1,0 +1,197 @@
+package tracer
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// collector gathers records from the reading goroutine.
+type collector struct {
+	mu    sync.Mutex
+	conns []record.ConnClose
+}
+
+func (c *collector) ConnClose(r record.ConnClose) {
+	c.mu.Lock()
+	c.conns = append(c.conns, r)
+	c.mu.Unlock()
+}
+
+func (c *collector) Flush() {}
+
+// find waits until a close record for the local address shows up.
+func (c *collector) find(t *testing.T, local netip.AddrPort) record.ConnClose {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		for _, r := range c.conns {
+			if r.Flow.Local == local {
+				c.mu.Unlock()
+				return r
+			}
+		}
+		c.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no close record for %v among %+v", local, c.conns)
+	return record.ConnClose{}
+}
+
+func openTracer(t *testing.T) (*Tracer, *collector) {
+	t.Helper()
+	tr, err := Open(Options{DrainInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
+	}
+	col := &collector{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx, col) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		tr.Close()
+	})
+	return tr, col
+}
+
+// TestSendCountsLoopback makes a known number of sends on both ends of real
+// loopback connections and checks the kernel counted each one, for IPv4 and
+// IPv6.
+func TestSendCountsLoopback(t *testing.T) {
+	tr, col := openTracer(t)
+	for _, h := range tr.Hooks() {
+		if !h.Attached {
+			t.Errorf("hook %s not attached on this kernel: %s", h.Hook, h.Error)
+		}
+	}
+	for _, network := range []string{"tcp4", "tcp6"} {
+		t.Run(network, func(t *testing.T) {
+			testSendCounts(t, col, network)
+			c, _ := tr.Counters()
+			t.Logf("counters %+v", c)
+		})
+	}
+	c, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RingbufFull != 0 || c.StorageFail != 0 || c.DecodeErrors != 0 {
+		t.Errorf("drops counted on an idle ring: %+v", c)
+	}
+	if c.Decoded < 4 || c.Submitted < c.Decoded {
+		t.Errorf("counters inconsistent with the records read: %+v", c)
+	}
+}
+
+func testSendCounts(t *testing.T, col *collector, network string) {
+	const requests, reqSize, respSize = 50, 100, 300
+	host := "127.0.0.1"
+	if network == "tcp6" {
+		host = "::1"
+	}
+	ln, err := net.Listen(network, net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serverLocal := make(chan netip.AddrPort, 1)
+	serverErr := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			serverErr <- err
+			return
+		}
+		defer conn.Close()
+		serverLocal <- conn.LocalAddr().(*net.TCPAddr).AddrPort()
+		req, resp := make([]byte, reqSize), make([]byte, respSize)
+		for i := 0; i < requests; i++ {
+			if _, err := io.ReadFull(conn, req); err != nil {
+				serverErr <- err
+				return
+			}
+			if _, err := conn.Write(resp); err != nil {
+				serverErr <- err
+				return
+			}
+		}
+		serverErr <- nil
+	}()
+
+	conn, err := net.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientLocal := conn.LocalAddr().(*net.TCPAddr).AddrPort()
+	req, resp := make([]byte, reqSize), make([]byte, respSize)
+	for i := 0; i < requests; i++ {
+		if _, err := conn.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	if err := <-serverErr; err != nil {
+		t.Fatal(err)
+	}
+
+	client := col.find(t, clientLocal)
+	server := col.find(t, <-serverLocal)
+	comm := filepath.Base(os.Args[0])
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	for _, c := range []struct {
+		name  string
+		got   record.ConnClose
+		role  record.Role
+		bytes uint64
+	}{
+		{"client", client, record.RoleClient, requests * reqSize},
+		{"server", server, record.RoleServer, requests * respSize},
+	} {
+		g := c.got
+		if g.SendCalls != requests || g.BytesSent != c.bytes {
+			t.Errorf("%s: %d sends of %d bytes counted, want %d of %d", c.name, g.SendCalls, g.BytesSent, requests, c.bytes)
+		}
+		if g.SendSKBs < requests {
+			t.Errorf("%s: %d skbs for %d separate sends", c.name, g.SendSKBs, requests)
+		}
+		if g.Role != c.role {
+			t.Errorf("%s: role %q", c.name, g.Role)
+		}
+		if g.Owner.PID != uint32(os.Getpid()) || g.Owner.Comm != comm {
+			t.Errorf("%s: owner %+v, want pid %d comm %q", c.name, g.Owner, os.Getpid(), comm)
+		}
+		if g.Flow.IPv6() != (network == "tcp6") {
+			t.Errorf("%s: flow %v has the wrong family", c.name, g.Flow)
+		}
+		if g.Established == 0 || g.Lifetime() <= 0 || g.Lifetime() > 10*time.Second {
+			t.Errorf("%s: lifetime %v from established %d to close %d", c.name, g.Lifetime(), g.Established, g.Time)
+		}
+		if g.Cookie == 0 {
+			t.Errorf("%s: no socket cookie", c.name)
+		}
+	}
+	if client.Flow.Remote != server.Flow.Local || server.Flow.Remote != client.Flow.Local {
+		t.Errorf("the two ends disagree: client %v, server %v", client.Flow, server.Flow)
+	}
+	if client.Flow.Netns == 0 || client.Flow.Netns != server.Flow.Netns {
+		t.Errorf("netns: client %d, server %d", client.Flow.Netns, server.Flow.Netns)
+	}
+}

@@ -1,0 +1,69 @@
+// Package jsonl writes lattrace records as JSON lines: one object per record,
+// with a "type" field naming it. It is the output that needs nothing but a
+// file, so it is what `lattrace daemon --output jsonl` and the tests read.
+package jsonl
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"sync"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// Writer encodes records to an io.Writer, buffered until Flush.
+type Writer struct {
+	mu  sync.Mutex
+	buf *bufio.Writer
+	enc *json.Encoder
+	err error
+}
+
+// New returns a Writer on w.
+func New(w io.Writer) *Writer {
+	buf := bufio.NewWriterSize(w, 64*1024)
+	return &Writer{buf: buf, enc: json.NewEncoder(buf)}
+}
+
+// Line types, the "type" field of each JSON object.
+const (
+	TypeConnClose = "conn_close"
+)
+
+type connCloseLine struct {
+	Type string `json:"type"`
+	record.ConnClose
+	LifetimeNs int64 `json:"lifetime_ns,omitempty"`
+}
+
+// ConnClose writes one conn_close line.
+func (w *Writer) ConnClose(c record.ConnClose) {
+	w.write(connCloseLine{Type: TypeConnClose, ConnClose: c, LifetimeNs: int64(c.Lifetime())})
+}
+
+func (w *Writer) write(v any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return
+	}
+	w.err = w.enc.Encode(v)
+}
+
+// Flush writes out what is buffered.
+func (w *Writer) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = w.buf.Flush()
+	}
+}
+
+// Err reports the first write error; after one, the Writer drops records
+// (the daemon counts and reports it rather than blocking the tracer).
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}

@@ -1,0 +1,227 @@
+// Package e2e runs the lattrace binary as a person would: built from this
+// tree, started as a process, fed real traffic, stopped with a signal, and
+// judged by its output, exit status and error lines.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var lattrace string // path of the binary under test
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lattrace-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	lattrace = filepath.Join(dir, "lattrace")
+	build := exec.Command("go", "build", "-o", lattrace, "github.com/lattrace/lattrace/cmd/lattrace")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building lattrace:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run starts lattrace with args and returns its exit status and output.
+func run(t *testing.T, prefix []string, args ...string) (int, string, string) {
+	t.Helper()
+	argv := append(append([]string{}, prefix...), append([]string{lattrace}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// oneLine asserts that a failure was reported as exactly one line, starting
+// with "lattrace: " and containing want, and never as a panic or usage dump.
+func oneLine(t *testing.T, stderr, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "lattrace: ") || !strings.Contains(lines[0], want) {
+		t.Errorf("want one line with %q, got:\n%s", want, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "lattrace ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+func TestBadInputIsOneLine(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		prefix []string
+		args   []string
+		code   int
+		want   string
+	}{
+		{"unknown output", nil, []string{"daemon", "--output", "xml"}, 2, `unknown output "xml"`},
+		{"unknown flag", nil, []string{"daemon", "--no-such-flag"}, 2, "unknown flag"},
+		{"bad log level", nil, []string{"--log-level", "loud", "version"}, 2, "--log-level"},
+		{"no kernel BTF file", nil, []string{"daemon", "--kernel-btf", "/nonexistent/vmlinux"}, 1, "reading kernel BTF"},
+		{"no cgroup", nil, []string{"daemon", "--cgroup", "/nonexistent"}, 2, "cgroup /nonexistent"},
+		{"not a cgroup", nil, []string{"daemon", "--cgroup", "/tmp"}, 2, "not in a cgroup v2 hierarchy"},
+		// setpriv drops root: the daemon must say which capabilities it needs.
+		{"unprivileged", []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"},
+			[]string{"daemon"}, 1, "permission denied: lattrace needs root"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, stderr := run(t, c.prefix, c.args...)
+			if code != c.code {
+				t.Errorf("exit status %d, want %d", code, c.code)
+			}
+			oneLine(t, stderr, c.want)
+		})
+	}
+}
+
+// TestDaemonWritesJSONLines runs the daemon, makes a loopback connection with
+// a known number of sends, stops the daemon right after the close and checks
+// the record was written before it exited: nothing in flight is lost.
+func TestDaemonWritesJSONLines(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	cmd := exec.Command(lattrace, "daemon", "--output", "jsonl", "--output-file", out)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ready := make(chan string, 1)
+	var log bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "msg=tracing") {
+				ready <- sc.Text()
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case line, ok := <-ready:
+		if !ok {
+			t.Fatalf("daemon exited before tracing:\n%s", log.String())
+		}
+		if !strings.Contains(line, "hooks_attached=4") {
+			t.Errorf("not every hook attached on this kernel: %s", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not start tracing within 10s")
+	}
+
+	const sends = 25
+	local := loopbackSends(t, sends)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit: %v\n%s", err, log.String())
+	}
+
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	found := false
+	for {
+		var rec struct {
+			Type string `json:"type"`
+			Flow struct {
+				Local string `json:"local"`
+			} `json:"flow"`
+			Role      string `json:"role"`
+			SendCalls uint64 `json:"send_calls"`
+			BytesSent uint64 `json:"bytes_sent"`
+			Owner     struct {
+				PID int `json:"pid"`
+			} `json:"owner"`
+		}
+		if err := dec.Decode(&rec); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("output is not JSON lines: %v", err)
+		}
+		if rec.Type != "conn_close" || rec.Flow.Local != local {
+			continue
+		}
+		found = true
+		if rec.SendCalls != sends || rec.BytesSent != sends*10 || rec.Role != "client" || rec.Owner.PID != os.Getpid() {
+			t.Errorf("record %+v, want %d sends of 10 bytes by pid %d as client", rec, sends, os.Getpid())
+		}
+	}
+	if !found {
+		t.Errorf("no conn_close record for %s in the output", local)
+	}
+}
+
+// loopbackSends connects to a local server, makes n writes of 10 bytes,
+// closes, and returns the client's local address.
+func loopbackSends(t *testing.T, n int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- len(b)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := c.Write([]byte("0123456789")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := c.LocalAddr().String()
+	c.Close()
+	if b := <-got; b != n*10 {
+		t.Fatalf("server read %d bytes", b)
+	}
+	return local
+}
