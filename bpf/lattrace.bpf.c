@@ -2,11 +2,16 @@
 /*
  * lattrace.bpf.c: the kernel side of lattrace.
  *
+ * Follows every TCP connection and cuts its traffic into exchanges: a
+ * message one way, then the message the other way, closed at the next turn
+ * (change of direction). Each exchange leaves the kernel as one record with
+ * its timeline (docs/latency-model.md); per-segment work stays here.
+ *
  * Hooks are tp_btf tracepoints and sockops only: kernels that refuse
- * trampolines (fentry) and kprobes still run every program here.
- * Per-socket state lives in socket local storage, so it is freed with the
- * socket and no map grows without bound. Only metadata is read, never a
- * payload byte.
+ * trampolines (fentry) and kprobes still run every program. Per-socket
+ * state lives in socket local storage, freed with the socket. Only
+ * metadata is read (socket fields, TCP control-block sequence numbers),
+ * never a payload byte.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -18,29 +23,82 @@
 
 #define AF_INET 2
 #define AF_INET6 10
-#define TCP_CLOSE 7 /* enum tcp_state is not in every vmlinux.h as a named enum */
+#define SOL_SOCKET 1
+#define MSG_PEEK 2
+/* enum tcp_state values, stable since the beginning of Linux TCP. */
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_CLOSE 7
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* bpf2go -type needs each exported type to be used by a global. */
 const struct lt_conn_close *unused_lt_conn_close __attribute__((unused));
+const struct lt_conn_open *unused_lt_conn_open __attribute__((unused));
+const struct lt_exchange *unused_lt_exchange __attribute__((unused));
 const enum lt_counter *unused_lt_counter __attribute__((unused));
 const enum lt_record_kind *unused_lt_record_kind __attribute__((unused));
 const enum lt_role *unused_lt_role __attribute__((unused));
+const enum lt_exchange_role *unused_lt_exchange_role __attribute__((unused));
+const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 
-/* Set by the loader: wake user space only once the ring holds this many bytes;
- * below it the daemon drains on a timer. A wakeup costs microseconds here,
- * far more than a record. */
+/* Set by the loader. */
+/* Wake user space only once the ring holds this many bytes; below it the
+ * daemon drains on a timer. A wakeup costs microseconds here, far more than
+ * a record. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
+/* Use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15). */
+const volatile bool use_tx_tstamp = true;
+/* Window of the path's recent clean RTT (a windowed minimum). */
+const volatile __u64 path_window_ns = 2000000000ULL;
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+extern int bpf_sock_ops_enable_tx_tstamp(struct bpf_sock_ops_kern *skops, __u64 flags) __ksym __weak;
+
+enum phase {
+	PHASE_NONE = 0,
+	PHASE_OUT = 1, /* the local app is sending the current message */
+	PHASE_IN = 2,  /* the peer's message is arriving */
+};
+
+/* Send-wait causes, in the order of precedence classify() applies. */
+enum wait_cause {
+	WAIT_OTHER = 0,
+	WAIT_CWND,
+	WAIT_RWND,
+	WAIT_SNDBUF,
+};
+
+/* A windowed minimum kept as two half-window buckets: cheap, bounded, and
+ * within a factor of the window of the exact sliding minimum. */
+struct winmin {
+	__u64 cur_start;
+	__u32 cur;
+	__u32 prev;
+};
 
 struct lt_sock {
-	__u64 established_ns;
-	__u64 sendmsg_calls;
-	__u64 bytes_sent;
-	__u64 send_skbs;
+	struct lt_exchange cur; /* the exchange being built */
+	struct lt_flow flow;
 	struct lt_owner owner;
+	struct winmin rtt; /* this flow's clean RTT samples */
+	__u64 syn_ns, established_ns, last_activity_ns;
+	__u64 sendmsg_calls, bytes_sent, send_skbs;
+	__u64 wait_last_ns; /* send-wait accounting: last classification time */
+	__u64 hole_start_ns;
+	__u64 last_in_ns;   /* time of the last incoming segment seen by tcp_probe */
+	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
+	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
+	__u32 data_segs_out0, total_retrans0;
+	__u32 turns;
 	__u32 role;
-	__u32 _pad;
+	__u8 phase;
+	__u8 wait_cause;
+	__u8 last_in_len_zero; /* the last incoming segment was a pure ACK */
+	__u8 tstamp;           /* TX timestamping enabled on this socket */
+	__u8 partial;          /* socket first seen after it was established */
+	__u8 emitted_any;
+	__u8 _pad[2];
 };
 
 struct {
@@ -50,9 +108,26 @@ struct {
 	__type(value, struct lt_sock);
 } socks SEC(".maps");
 
+struct path_key {
+	__u8 addr[16];
+	__u32 netns;
+	__u16 family;
+	__u16 _pad;
+};
+
+/* Clean RTT per path, shared by every flow to the same peer address from
+ * the same namespace: a bulk flow's samples tell a chatty flow beside it
+ * how much queue there is. LRU-bounded. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct path_key);
+	__type(value, struct winmin);
+} paths SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 * 1024 * 1024);
+	__uint(max_entries, 8 * 1024 * 1024);
 } events SEC(".maps");
 
 struct {
@@ -70,6 +145,29 @@ static __always_inline void count(__u32 which)
 		*v += 1;
 }
 
+static __always_inline bool after(__u32 a, __u32 b) { return (__s32)(a - b) > 0; }
+static __always_inline bool before_eq(__u32 a, __u32 b) { return (__s32)(a - b) <= 0; }
+
+static __always_inline void winmin_add(struct winmin *w, __u32 v, __u64 now)
+{
+	if (now - w->cur_start > path_window_ns / 2) {
+		w->prev = (now - w->cur_start > path_window_ns) ? 0 : w->cur;
+		w->cur = v;
+		w->cur_start = now;
+	} else if (!w->cur || v < w->cur) {
+		w->cur = v;
+	}
+}
+
+static __always_inline __u32 winmin_get(const struct winmin *w, __u64 now)
+{
+	if (!w->cur_start || now - w->cur_start > path_window_ns)
+		return 0;
+	if (w->prev && (now - w->cur_start) <= path_window_ns / 2 && w->prev < w->cur)
+		return w->prev;
+	return w->cur;
+}
+
 static __always_inline bool is_tcp(const struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -78,21 +176,6 @@ static __always_inline bool is_tcp(const struct sock *sk)
 		return false;
 	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP &&
 	       BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
-}
-
-static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
-{
-	struct lt_sock *st;
-
-	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (st || !create)
-		return st;
-	st = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st)
-		count(LT_CNT_STORAGE_FAIL);
-	else
-		count(LT_CNT_SOCKS_TRACKED);
-	return st;
 }
 
 static __always_inline void read_flow(const struct sock *sk, struct lt_flow *f)
@@ -116,6 +199,14 @@ static __always_inline void read_flow(const struct sock *sk, struct lt_flow *f)
 	}
 }
 
+static __always_inline void path_key_of(const struct lt_flow *f, struct path_key *k)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->addr, f->daddr, 16);
+	k->netns = f->netns;
+	k->family = f->family;
+}
+
 /* Called from process context only: the current task owns the socket. */
 static __always_inline void note_owner(struct lt_owner *o)
 {
@@ -137,44 +228,416 @@ static __always_inline void submit(void *rec)
 	count(LT_CNT_RECORDS);
 }
 
-/* A new connection gets its state here, from the kernel's own view of who
- * initiated it; STATE_CB is switched on so close is seen by sockops too. */
+static __always_inline __u64 ringbuf_flags(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
+{
+	struct lt_sock *st;
+
+	st = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (st || !create)
+		return st;
+	st = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(LT_CNT_STORAGE_FAIL);
+		return 0;
+	}
+	count(LT_CNT_SOCKS_TRACKED);
+	read_flow(sk, &st->flow);
+	/* A socket first seen here, not at SYN_SENT or ESTABLISHED, was open
+	 * before lattrace: its first exchange may have begun unseen. */
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_ESTABLISHED && !st->established_ns)
+		st->partial = 1;
+	return st;
+}
+
+static __always_inline __u32 in_flight(struct tcp_sock *tp)
+{
+	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
+}
+
+/* What is holding back the unsent part of the out message right now. */
+static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
+{
+	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
+		return WAIT_RWND;
+	if (in_flight(tp) >= tp->snd_cwnd)
+		return WAIT_CWND;
+	if (BPF_CORE_READ(sk, sk_wmem_queued) >= BPF_CORE_READ(sk, sk_sndbuf))
+		return WAIT_SNDBUF;
+	return WAIT_OTHER;
+}
+
+static __always_inline void wait_account(struct lt_sock *st, __u64 now)
+{
+	__u64 dt;
+
+	if (!st->wait_last_ns)
+		return;
+	dt = now - st->wait_last_ns;
+	switch (st->wait_cause) {
+	case WAIT_CWND:
+		st->cur.wait_cwnd_ns += dt;
+		break;
+	case WAIT_RWND:
+		st->cur.wait_rwnd_ns += dt;
+		break;
+	case WAIT_SNDBUF:
+		st->cur.wait_sndbuf_ns += dt;
+		break;
+	default:
+		st->cur.wait_other_ns += dt;
+	}
+	st->wait_last_ns = now;
+}
+
+/* The last byte of the out message was first sent at now. */
+static __always_inline void mark_x1(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	if (st->cur.x1 || !st->cur.w0)
+		return;
+	wait_account(st, now);
+	st->wait_last_ns = 0;
+	st->cur.x1 = now;
+	if (tp)
+		st->cur.cwnd_end = tp->snd_cwnd;
+}
+
+/* The out message is fully acknowledged at now. */
+static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
+{
+	if (st->cur.a1 || !st->cur.w0)
+		return;
+	st->cur.a1 = now;
+	if (!st->cur.r0 && st->last_in_len_zero && st->cur.x1 && now > st->cur.x1) {
+		st->cur.flags |= LT_EX_ACK_PURE;
+		st->cur.ack_rtt_us = (now - st->cur.x1) / 1000;
+	}
+}
+
+static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	struct lt_exchange *ex = &st->cur;
+	struct winmin *pw;
+	struct path_key pk;
+	__u32 rtt;
+
+	if (!ex->role)
+		return;
+	count(LT_CNT_EXCHANGES);
+	if (st->wait_last_ns)
+		wait_account(st, now);
+	ex->hdr.kind = LT_RECORD_EXCHANGE;
+	ex->hdr.ts_ns = now;
+	ex->flow = st->flow;
+	ex->owner = st->owner;
+	ex->conn_role = st->role;
+	ex->turns = st->turns;
+	ex->bytes_out = st->out_seq_end - st->out_seq_start;
+	ex->bytes_in = st->in_seq_end - st->in_seq_start;
+	if (tp) {
+		ex->segs_out = tp->data_segs_out - st->data_segs_out0;
+		ex->retrans = tp->total_retrans - st->total_retrans0;
+		ex->min_rtt_us = tp->rtt_min.s[0].v;
+		ex->srtt_us = tp->srtt_us >> 3;
+		ex->rwnd_end = tp->snd_wnd;
+		if (!ex->cwnd_end)
+			ex->cwnd_end = tp->snd_cwnd;
+	}
+	/* The path's clean RTT, or failing a recent one, the flow's own. */
+	path_key_of(&st->flow, &pk);
+	pw = bpf_map_lookup_elem(&paths, &pk);
+	rtt = pw ? winmin_get(pw, now) : 0;
+	if (!rtt)
+		rtt = winmin_get(&st->rtt, now);
+	ex->path_rtt_us = rtt;
+	if (st->tstamp)
+		ex->flags |= LT_EX_TX_TSTAMP;
+	if (st->partial && !st->emitted_any)
+		ex->flags |= LT_EX_PARTIAL;
+	if (bpf_ringbuf_output(&events, ex, sizeof(*ex), ringbuf_flags()))
+		count(LT_CNT_RINGBUF_FULL);
+	else
+		count(LT_CNT_RECORDS);
+	st->emitted_any = 1;
+}
+
+static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 role, __u64 now)
+{
+	__builtin_memset(&st->cur, 0, sizeof(st->cur));
+	st->cur.role = role;
+	st->cur.cookie = bpf_get_socket_cookie(sk);
+	if (!st->emitted_any) {
+		st->cur.flags |= LT_EX_FIRST;
+		st->cur.established_ns = st->established_ns;
+		if (st->role == LT_ROLE_CLIENT)
+			st->cur.connect_ns = st->syn_ns;
+	}
+	if (st->last_activity_ns)
+		st->cur.idle_ns = now - st->last_activity_ns;
+	if (tp) {
+		st->data_segs_out0 = tp->data_segs_out;
+		st->total_retrans0 = tp->total_retrans;
+		st->cur.cwnd_start = tp->snd_cwnd;
+		st->cur.rwnd_start = tp->snd_wnd;
+		st->out_seq_start = st->out_seq_end = tp->write_seq;
+		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+	}
+	st->wait_last_ns = 0;
+	st->hole_start_ns = 0;
+}
+
+/* The local app starts writing: a turn if the peer's message came before. */
+static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+{
+	if (st->phase == PHASE_IN) {
+		st->turns++;
+		if (st->cur.role == LT_REQUESTER) {
+			emit_exchange(st, tp, now);
+			reset_exchange(st, sk, tp, LT_REQUESTER, now);
+		}
+	} else if (st->phase == PHASE_NONE) {
+		reset_exchange(st, sk, tp, LT_REQUESTER, now);
+	}
+	st->phase = PHASE_OUT;
+	st->cur.w0 = now;
+	st->out_seq_start = st->out_seq_end = tp->write_seq;
+	st->data_segs_out0 = tp->data_segs_out;
+	/* cwnd before the kernel's restart after idle, which comes with the
+	 * first skb queued after this point. */
+	st->cur.cwnd_start = tp->snd_cwnd;
+	st->cur.rwnd_start = tp->snd_wnd;
+	if (BPF_CORE_READ(sk, __sk_common.skc_net.net, ipv4.sysctl_tcp_slow_start_after_idle))
+		st->cur.flags |= LT_EX_SSAI;
+	st->wait_last_ns = now;
+	st->wait_cause = classify(sk, tp);
+}
+
+/* New data arrives: a turn if the local app had sent before. */
+static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
+{
+	if (st->phase == PHASE_OUT) {
+		st->turns++;
+		if (st->cur.role == LT_RESPONDER) {
+			emit_exchange(st, tp, now);
+			reset_exchange(st, sk, tp, LT_RESPONDER, now);
+		}
+	} else if (st->phase == PHASE_NONE) {
+		reset_exchange(st, sk, tp, LT_RESPONDER, now);
+	}
+	st->phase = PHASE_IN;
+	st->cur.r0 = now;
+	st->in_seq_start = st->in_seq_end = seq;
+}
+
+/* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")
 int lattrace_sockops(struct bpf_sock_ops *skops)
 {
+	struct bpf_sock *bsk = skops->sk;
+	struct lt_conn_open *rec;
 	struct lt_sock *st;
-	struct bpf_sock *bsk;
-	__u32 role;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 op = skops->op;
+	struct winmin *pw;
+	struct path_key pk;
 
-	switch (skops->op) {
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		role = LT_ROLE_CLIENT;
-		break;
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		role = LT_ROLE_SERVER;
-		break;
-	default:
-		return 1;
-	}
-	bsk = skops->sk;
 	if (!bsk)
 		return 1;
-	st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st) {
-		count(LT_CNT_STORAGE_FAIL);
+	switch (op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
+		int flags = SK_BPF_CB_TX_TIMESTAMPING;
+
+		st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st) {
+			count(LT_CNT_STORAGE_FAIL);
+			return 1;
+		}
+		if (!st->established_ns)
+			count(LT_CNT_SOCKS_TRACKED);
+		/* Read the flow now: at SYN_SENT the local port was not chosen yet. */
+		{
+			struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+
+			if (tp)
+				read_flow((struct sock *)tp, &st->flow);
+		}
+		st->role = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? LT_ROLE_CLIENT : LT_ROLE_SERVER;
+		st->established_ns = now;
+		st->partial = 0;
+		st->last_activity_ns = now;
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+						 BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
+		if (use_tx_tstamp && bpf_sock_ops_enable_tx_tstamp &&
+		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags)))
+			st->tstamp = 1;
+		else
+			count(LT_CNT_TSTAMP_OFF);
+		/* The handshake's own RTT sample is clean: nothing delays a SYN-ACK
+		 * or its ACK on purpose. */
+		if (skops->srtt_us)
+			winmin_add(&st->rtt, skops->srtt_us >> 3, now);
+
+		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+		if (!rec) {
+			count(LT_CNT_RINGBUF_FULL);
+			return 1;
+		}
+		rec->hdr.kind = LT_RECORD_CONN_OPEN;
+		rec->hdr._pad = 0;
+		rec->hdr.ts_ns = now;
+		rec->cookie = bpf_get_socket_cookie(skops);
+		__builtin_memset(&rec->flow, 0, sizeof(rec->flow));
+		rec->flow.family = skops->family;
+		rec->flow.sport = skops->local_port;
+		rec->flow.dport = bpf_ntohl(skops->remote_port);
+		if (skops->family == AF_INET) {
+			__u32 s = skops->local_ip4, d = skops->remote_ip4;
+
+			__builtin_memcpy(rec->flow.saddr, &s, 4);
+			__builtin_memcpy(rec->flow.daddr, &d, 4);
+		} else {
+			__u32 a[4];
+
+			a[0] = skops->local_ip6[0];
+			a[1] = skops->local_ip6[1];
+			a[2] = skops->local_ip6[2];
+			a[3] = skops->local_ip6[3];
+			__builtin_memcpy(rec->flow.saddr, a, 16);
+			a[0] = skops->remote_ip6[0];
+			a[1] = skops->remote_ip6[1];
+			a[2] = skops->remote_ip6[2];
+			a[3] = skops->remote_ip6[3];
+			__builtin_memcpy(rec->flow.daddr, a, 16);
+		}
+		rec->flow.netns = st->flow.netns;
+		rec->syn_ns = st->role == LT_ROLE_CLIENT ? st->syn_ns : 0;
+		rec->role = st->role;
+		rec->handshake_rtt_us = skops->srtt_us >> 3;
+		submit(rec);
 		return 1;
 	}
-	count(LT_CNT_SOCKS_TRACKED);
-	st->role = role;
-	st->established_ns = bpf_ktime_get_ns();
+	case BPF_SOCK_OPS_RTT_CB: {
+		__u32 rtt = skops->args[0];
+
+		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
+		if (!st || !rtt)
+			return 1;
+		/* Clean samples only: a pure ACK (no reply data riding on it, so
+		 * no peer think time) while more data is in flight (so not the
+		 * delayed ACK of a message's last segment). */
+		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt)
+			return 1;
+		winmin_add(&st->rtt, rtt, now);
+		path_key_of(&st->flow, &pk);
+		pw = bpf_map_lookup_elem(&paths, &pk);
+		if (!pw) {
+			struct winmin w = {};
+
+			winmin_add(&w, rtt, now);
+			bpf_map_update_elem(&paths, &pk, &w, BPF_ANY);
+		} else {
+			winmin_add(pw, rtt, now);
+		}
+		return 1;
+	}
+	case BPF_SOCK_OPS_TSTAMP_SENDMSG_CB:
+	case BPF_SOCK_OPS_TSTAMP_SCHED_CB:
+	case BPF_SOCK_OPS_TSTAMP_ACK_CB: {
+		struct bpf_sock_ops_kern *kctx;
+		struct skb_shared_info *shinfo;
+		struct sk_buff *skb;
+		__u32 tskey = 0, end;
+
+		if (!bpf_cast_to_kern_ctx)
+			return 1;
+		kctx = bpf_cast_to_kern_ctx(skops);
+		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
+		if (op == BPF_SOCK_OPS_TSTAMP_SENDMSG_CB) {
+			if (bpf_sock_ops_enable_tx_tstamp)
+				bpf_sock_ops_enable_tx_tstamp(kctx, 0);
+			/* Fires at the end of each sendmsg, before the data is
+			 * pushed: the message's end is known before it can leave. */
+			if (st && st->phase == PHASE_OUT) {
+				struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+
+				if (tp)
+					st->out_seq_end = tp->write_seq;
+			}
+			return 1;
+		}
+		if (!st || st->phase == PHASE_NONE || st->out_seq_end == st->out_seq_start)
+			return 1;
+		skb = kctx->skb;
+		shinfo = (struct skb_shared_info *)(BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, end));
+		bpf_probe_read_kernel(&tskey, sizeof(tskey), &shinfo->tskey);
+		end = tskey + 1;
+		if (!before_eq(st->out_seq_end, end))
+			return 1;
+		if (op == BPF_SOCK_OPS_TSTAMP_SCHED_CB) {
+			/* Retransmissions fire SCHED again for an old key: only the
+			 * first transmission of the message's last byte is x1. */
+			if (!st->cur.x1) {
+				st->cur.cwnd_end = skops->snd_cwnd;
+				mark_x1(st, 0, now);
+			}
+			return 1;
+		}
+		/* ACK_CB: the skb holding the message's last byte is fully acked. */
+		mark_a1(st, now);
+		return 1;
+	}
+	}
 	return 1;
 }
 
-/* Once per sendmsg()/write() on any socket, with its result. */
+/* Every write starts here (it fires again for each skb a large write
+ * fills): the first of a message is w0. */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(lattrace_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb, int size_goal)
+{
+	struct lt_sock *st = sock_state(sk, true);
+	struct tcp_sock *tp;
+	__u64 now;
+
+	if (!st)
+		return 0;
+	st->send_skbs++;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (st->phase != PHASE_OUT) {
+		begin_out(st, sk, tp, now);
+	} else if (st->cur.x1) {
+		/* A further write before any reply extends the same message: its
+		 * last byte, and so x1 and a1, move on. */
+		st->cur.x1 = 0;
+		st->cur.a1 = 0;
+		st->cur.flags &= ~LT_EX_ACK_PURE;
+		st->cur.ack_rtt_us = 0;
+		st->wait_last_ns = now;
+		st->wait_cause = classify(sk, tp);
+	} else {
+		wait_account(st, now);
+		st->wait_cause = classify(sk, tp);
+	}
+	return 0;
+}
+
+/* Once per sendmsg()/write() on any socket, with its result: w1. */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 {
+	struct tcp_sock *tp;
 	struct lt_sock *st;
+	__u64 now;
 
 	if (ret <= 0 || !is_tcp(sk))
 		return 0;
@@ -184,17 +647,143 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
 	note_owner(&st->owner);
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || st->phase != PHASE_OUT)
+		return 0;
+	now = bpf_ktime_get_ns();
+	st->cur.w1 = now;
+	st->out_seq_end = tp->write_seq;
+	st->last_activity_ns = now;
+	if (tp->snd_cwnd < st->cur.cwnd_start && st->cur.idle_ns)
+		st->cur.flags |= LT_EX_CWND_RESTART;
+	/* Without TX timestamps: if everything written has left TCP, the last
+	 * byte went out inside this write, just before now. */
+	if (!st->tstamp && !after(tp->write_seq, tp->snd_nxt))
+		mark_x1(st, tp, now);
+	else
+		wait_account(st, now), st->wait_cause = classify(sk, tp);
 	return 0;
 }
 
-/* Once per skb a send fills (a large write fills several). */
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(lattrace_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb, int size_goal)
+/* Every incoming segment of an established connection, before the stack
+ * processes it: ACKs (a1), reply data (r0, r1), receive holes (loss). */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 {
-	struct lt_sock *st = sock_state(sk, true);
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	__u32 seq, end_seq, ack_seq, len;
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+	__u64 now;
+	bool ooo;
 
+	st = sock_state(sk, true);
+	if (!st)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	now = bpf_ktime_get_ns();
+	seq = BPF_CORE_READ(cb, seq);
+	end_seq = BPF_CORE_READ(cb, end_seq);
+	ack_seq = BPF_CORE_READ(cb, ack_seq);
+	len = end_seq - seq;
+	if (BPF_CORE_READ(cb, tcp_flags) & 0x01) /* FIN takes a sequence number, not data */
+		len = len ? len - 1 : 0;
+	st->last_in_len_zero = len == 0;
+	st->last_in_ns = now;
+
+	/* The out message: acknowledged, or (without TX timestamps) sent. */
+	if (st->cur.w0 && st->out_seq_end != st->out_seq_start) {
+		if (!st->tstamp && !st->cur.x1 && !after(st->out_seq_end, tp->snd_nxt))
+			mark_x1(st, tp, now);
+		if (!st->tstamp && before_eq(st->out_seq_end, ack_seq) && st->cur.x1)
+			mark_a1(st, now);
+		if (st->wait_last_ns) {
+			wait_account(st, now);
+			st->wait_cause = classify(sk, tp);
+		}
+	}
+
+	if (!len)
+		return 0;
+	/* New data only: a retransmitted duplicate is not an arrival. */
+	if (!after(seq + len, tp->rcv_nxt))
+		return 0;
+	if (st->phase != PHASE_IN)
+		begin_in(st, sk, tp, seq, now);
+	st->cur.segs_in++;
+	st->cur.r1 = now;
+	if (after(seq + len, st->in_seq_end))
+		st->in_seq_end = seq + len;
+	st->last_activity_ns = now;
+	/* A segment beyond rcv_nxt means one before it was lost: the hole
+	 * stays open until the out-of-order queue empties. */
+	ooo = BPF_CORE_READ(tp, out_of_order_queue.rb_node) != 0;
+	if (after(seq, tp->rcv_nxt) && !st->hole_start_ns)
+		st->hole_start_ns = now;
+	else if (!ooo && st->hole_start_ns && !after(seq, tp->rcv_nxt)) {
+		st->cur.loss_in_ns += now - st->hole_start_ns;
+		st->hole_start_ns = 0;
+	}
+	return 0;
+}
+
+/* The app read: d1 once the whole in message so far is consumed. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(lattrace_recv_length, struct sock *sk, int ret, int flags)
+{
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+
+	if (ret <= 0 || (flags & MSG_PEEK) || !is_tcp(sk))
+		return 0;
+	st = sock_state(sk, true);
+	if (!st)
+		return 0;
+	note_owner(&st->owner);
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || st->phase != PHASE_IN)
+		return 0;
+	if (!after(st->in_seq_end, tp->copied_seq))
+		st->cur.d1 = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(lattrace_retransmit, struct sock *sk, struct sk_buff *skb, int err)
+{
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	struct lt_sock *st;
+	__u32 seq;
+	__u64 now;
+
+	if (err)
+		return 0;
+	st = sock_state(sk, false);
+	if (!st || !st->cur.w0 || !st->cur.x1)
+		return 0;
+	/* A retransmission of the out message after its last byte was first
+	 * sent: the time since x1 is lost to recovery (the last one that
+	 * happens is the one that got through). */
+	seq = BPF_CORE_READ(cb, seq);
+	if (!after(st->out_seq_start, seq) && after(st->out_seq_end, seq) && !st->cur.r0) {
+		now = bpf_ktime_get_ns();
+		st->cur.loss_out_ns = now - st->cur.x1;
+	}
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(lattrace_cong_state, struct sock *sk, u8 ca_state)
+{
+	struct lt_sock *st;
+
+	if (ca_state != TCP_CA_Loss)
+		return 0;
+	st = sock_state(sk, false);
 	if (st)
-		st->send_skbs++;
+		st->cur.rtos++;
 	return 0;
 }
 
@@ -202,13 +791,32 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 {
 	struct lt_conn_close *rec;
+	struct tcp_sock *tp;
 	struct lt_sock *st;
+	__u64 now;
 
-	if (newstate != TCP_CLOSE || !is_tcp(sk))
+	if (!is_tcp(sk))
+		return 0;
+	if (newstate == TCP_SYN_SENT) {
+		st = sock_state(sk, true);
+		if (st) {
+			st->syn_ns = bpf_ktime_get_ns();
+			st->partial = 0;
+		}
+		return 0;
+	}
+	if (newstate != TCP_CLOSE)
 		return 0;
 	st = sock_state(sk, false);
 	if (!st)
 		return 0;
+	now = bpf_ktime_get_ns();
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (st->phase != PHASE_NONE) {
+		emit_exchange(st, tp, now);
+		st->phase = PHASE_NONE;
+		__builtin_memset(&st->cur, 0, sizeof(st->cur));
+	}
 	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 	if (!rec) {
 		count(LT_CNT_RINGBUF_FULL);
@@ -216,7 +824,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	}
 	rec->hdr.kind = LT_RECORD_CONN_CLOSE;
 	rec->hdr._pad = 0;
-	rec->hdr.ts_ns = bpf_ktime_get_ns();
+	rec->hdr.ts_ns = now;
 	rec->cookie = bpf_get_socket_cookie(sk);
 	read_flow(sk, &rec->flow);
 	rec->owner = st->owner;

@@ -16,6 +16,8 @@
 /* Kinds of record on the events ring buffer; every record starts with struct lt_header. */
 enum lt_record_kind {
 	LT_RECORD_CONN_CLOSE = 1, /* a connection ended: its lifetime and totals */
+	LT_RECORD_CONN_OPEN = 2,  /* a connection was established */
+	LT_RECORD_EXCHANGE = 3,   /* one exchange (a message each way) was closed */
 };
 
 /* Counters the programs keep about themselves, one slot each in the per-CPU
@@ -26,6 +28,9 @@ enum lt_counter {
 	LT_CNT_STORAGE_FAIL,       /* socket storage could not be allocated */
 	LT_CNT_RECORDS,            /* records submitted to the ring buffer */
 	LT_CNT_SOCKS_TRACKED,      /* sockets that got lattrace state */
+	LT_CNT_EXCHANGES,          /* exchanges closed (submitted or dropped) */
+	LT_CNT_TSTAMP_OFF,         /* sockets without BPF TX timestamping (reconstructed x1/a1) */
+	LT_CNT_PATH_FULL,          /* path RTT entries evicted from the LRU map */
 	LT_CNT_MAX,
 };
 
@@ -34,6 +39,22 @@ enum lt_role {
 	LT_ROLE_UNKNOWN = 0, /* the connection was open before lattrace started */
 	LT_ROLE_CLIENT = 1,  /* the local end called connect() */
 	LT_ROLE_SERVER = 2,  /* the local end accepted it */
+};
+
+/* Which way the first message of an exchange went, from the local end. */
+enum lt_exchange_role {
+	LT_REQUESTER = 1, /* the local end sent first */
+	LT_RESPONDER = 2, /* the peer sent first */
+};
+
+/* Bits of lt_exchange.flags. */
+enum lt_exchange_flag {
+	LT_EX_TX_TSTAMP = 1 << 0,     /* x1/a1 came from BPF TX timestamping */
+	LT_EX_CWND_RESTART = 1 << 1,  /* cwnd shrank after idle before the first send */
+	LT_EX_SSAI = 1 << 2,          /* the netns has tcp_slow_start_after_idle=1 */
+	LT_EX_PARTIAL = 1 << 3,       /* first exchange of a connection that predates lattrace */
+	LT_EX_FIRST = 1 << 4,         /* first exchange of the connection */
+	LT_EX_ACK_PURE = 1 << 5,      /* a1 came on a pure ACK before any reply data */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes
@@ -75,6 +96,49 @@ struct lt_conn_close {
 	__u64 send_skbs;      /* tcp_sendmsg_locked firings: skbs the sends filled */
 	__u32 role;           /* enum lt_role */
 	__u32 _pad;
+};
+
+/* LT_RECORD_CONN_OPEN */
+struct lt_conn_open {
+	struct lt_header hdr;
+	__u64 cookie;
+	struct lt_flow flow;
+	__u64 syn_ns;         /* SYN sent (client); 0 for accepted connections */
+	__u32 role;           /* enum lt_role */
+	__u32 handshake_rtt_us;
+};
+
+/* LT_RECORD_EXCHANGE: one exchange as the local end saw it. Timestamps are
+ * bpf_ktime_get_ns(); zero means the point did not happen. "out" is the
+ * message the local end sent, "in" the one it received. */
+struct lt_exchange {
+	struct lt_header hdr;
+	__u64 cookie;
+	struct lt_flow flow;
+	struct lt_owner owner;
+	__u32 role;      /* enum lt_exchange_role */
+	__u32 conn_role; /* enum lt_role */
+	__u32 flags;     /* enum lt_exchange_flag */
+	__u32 turns;     /* the connection's turns so far */
+
+	__u64 connect_ns;     /* SYN sent, first exchange of a client connection */
+	__u64 established_ns; /* first exchange only */
+	__u64 w0, w1, x1, a1; /* out message: first write, last write returned, last byte sent, acked */
+	__u64 r0, r1, d1;     /* in message: first byte, last byte arrived, last byte read */
+
+	__u64 bytes_out, bytes_in;
+	__u32 segs_out, segs_in;
+	__u32 retrans, rtos;
+	__u64 loss_out_ns; /* out message: first send of a lost byte to its last retransmission */
+	__u64 loss_in_ns;  /* in message: time with a hole in the received sequence */
+	__u64 wait_cwnd_ns, wait_rwnd_ns, wait_sndbuf_ns, wait_other_ns;
+	__u64 idle_ns; /* connection silence before the exchange */
+
+	__u32 min_rtt_us, srtt_us;
+	__u32 path_rtt_us; /* recent clean RTT of the path (netns, peer address); 0 = none */
+	__u32 ack_rtt_us;  /* a1 - x1 when LT_EX_ACK_PURE */
+	__u32 cwnd_start, cwnd_end;
+	__u32 rwnd_start, rwnd_end;
 };
 
 #endif /* LATTRACE_H */

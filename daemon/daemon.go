@@ -102,5 +102,7 @@ func openOutput(cfg Config) (tracer.Sink, func(), error) {
 // discard is the sink for --output none: the tracer still runs and counts.
 type discard struct{}
 
+func (discard) Exchange(*record.Exchange)  {}
+func (discard) ConnOpen(record.ConnOpen)   {}
 func (discard) ConnClose(record.ConnClose) {}
 func (discard) Flush()                     {}

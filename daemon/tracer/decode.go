@@ -3,8 +3,10 @@ package tracer
 import (
 	"bytes"
 	"net/netip"
+	"time"
 	"unsafe"
 
+	"github.com/lattrace/lattrace/daemon/latency"
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -70,4 +72,71 @@ func role(r uint32) record.Role {
 		return record.RoleServer
 	}
 	return record.RoleUnknown
+}
+
+func connOpen(c *lattraceLtConnOpen) record.ConnOpen {
+	o := record.ConnOpen{
+		Time:         record.Mono(c.Hdr.TsNs),
+		Cookie:       c.Cookie,
+		Flow:         flow(&c.Flow),
+		Role:         role(c.Role),
+		HandshakeRTT: usec(c.HandshakeRttUs),
+	}
+	if c.SynNs != 0 && c.SynNs <= c.Hdr.TsNs {
+		o.ConnectLatency = time.Duration(c.Hdr.TsNs - c.SynNs)
+	}
+	return o
+}
+
+func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// exchange converts the kernel's record and computes its components.
+func exchange(x *lattraceLtExchange) *record.Exchange {
+	has := func(f lattraceLtExchangeFlag) bool { return x.Flags&uint32(f) != 0 }
+	e := &record.Exchange{
+		Time:     record.Mono(x.Hdr.TsNs),
+		Cookie:   x.Cookie,
+		Flow:     flow(&x.Flow),
+		Owner:    owner(&x.Owner),
+		Role:     record.Requester,
+		ConnRole: role(x.ConnRole),
+		Timeline: record.Timeline{
+			Connect: record.Mono(x.ConnectNs), Established: record.Mono(x.EstablishedNs),
+			W0: record.Mono(x.W0), W1: record.Mono(x.W1), X1: record.Mono(x.X1), A1: record.Mono(x.A1),
+			R0: record.Mono(x.R0), R1: record.Mono(x.R1), D1: record.Mono(x.D1),
+		},
+		BytesOut:    x.BytesOut,
+		BytesIn:     x.BytesIn,
+		SegsOut:     x.SegsOut,
+		SegsIn:      x.SegsIn,
+		Retransmits: x.Retrans,
+		RTOs:        x.Rtos,
+		MinRTT:      usec(x.MinRttUs),
+		SRTT:        usec(x.SrttUs),
+		PathRTT:     usec(x.PathRttUs),
+		Raw: record.ExchangeRaw{
+			LossOut: time.Duration(x.LossOutNs), LossIn: time.Duration(x.LossInNs),
+			WaitCwnd: time.Duration(x.WaitCwndNs), WaitRwnd: time.Duration(x.WaitRwndNs),
+			WaitSndbuf: time.Duration(x.WaitSndbufNs), WaitOther: time.Duration(x.WaitOtherNs),
+		},
+		CwndStart:          x.CwndStart,
+		CwndEnd:            x.CwndEnd,
+		RwndStart:          x.RwndStart,
+		RwndEnd:            x.RwndEnd,
+		Turns:              x.Turns,
+		IdleGap:            time.Duration(x.IdleNs),
+		CwndRestart:        has(lattraceLtExchangeFlagLT_EX_CWND_RESTART),
+		SlowStartAfterIdle: has(lattraceLtExchangeFlagLT_EX_SSAI),
+		TxTimestamps:       has(lattraceLtExchangeFlagLT_EX_TX_TSTAMP),
+		Partial:            has(lattraceLtExchangeFlagLT_EX_PARTIAL),
+		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
+	}
+	if lattraceLtExchangeRole(x.Role) == lattraceLtExchangeRoleLT_RESPONDER {
+		e.Role = record.Responder
+	}
+	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
+		e.AckRTT = usec(x.AckRttUs)
+	}
+	latency.Attribute(e)
+	return e
 }

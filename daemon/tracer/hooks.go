@@ -35,13 +35,21 @@ type HookStatus struct {
 
 var hooks = []hook{
 	{program: "lattrace_set_state", hook: "tp_btf/inet_sock_set_state", required: true,
-		feature: "connection close records", attach: attachTracing},
+		feature: "connection close records, SYN time", attach: attachTracing},
+	{program: "lattrace_sendmsg_locked", hook: "tp_btf/tcp_sendmsg_locked", required: true,
+		feature: "exchanges: message start (w0) and send-wait causes", attach: attachTracing},
 	{program: "lattrace_send_length", hook: "tp_btf/sock_send_length", required: true,
-		feature: "send counts and process ownership", attach: attachTracing},
-	{program: "lattrace_sendmsg_locked", hook: "tp_btf/tcp_sendmsg_locked", required: false,
-		feature: "socket buffers per send", attach: attachTracing},
+		feature: "exchanges: message end (w1), send counts, process ownership", attach: attachTracing},
+	{program: "lattrace_probe", hook: "tp_btf/tcp_probe", required: true,
+		feature: "exchanges: replies (r0, r1), ACKs, receive loss", attach: attachTracing},
+	{program: "lattrace_recv_length", hook: "tp_btf/sock_recv_length", required: false,
+		feature: "local read delay (d1)", attach: attachTracing},
+	{program: "lattrace_retransmit", hook: "tp_btf/tcp_retransmit_skb", required: false,
+		feature: "loss recovery time of sent messages", attach: attachTracing},
+	{program: "lattrace_cong_state", hook: "tp_btf/tcp_cong_state_set", required: false,
+		feature: "RTO counts", attach: attachTracing},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
-		feature: "connection role and establishment time", attach: attachSockops},
+		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
 }
 
 func attachTracing(p *ebpf.Program, _ Options) (link.Link, error) {

@@ -27,6 +27,16 @@ type lattraceLtConnClose struct {
 	Pad           uint32
 }
 
+type lattraceLtConnOpen struct {
+	_              structs.HostLayout
+	Hdr            lattraceLtHeader
+	Cookie         uint64
+	Flow           lattraceLtFlow
+	SynNs          uint64
+	Role           uint32
+	HandshakeRttUs uint32
+}
+
 type lattraceLtCounter uint32
 
 const (
@@ -34,7 +44,70 @@ const (
 	lattraceLtCounterLT_CNT_STORAGE_FAIL  lattraceLtCounter = 1
 	lattraceLtCounterLT_CNT_RECORDS       lattraceLtCounter = 2
 	lattraceLtCounterLT_CNT_SOCKS_TRACKED lattraceLtCounter = 3
-	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 4
+	lattraceLtCounterLT_CNT_EXCHANGES     lattraceLtCounter = 4
+	lattraceLtCounterLT_CNT_TSTAMP_OFF    lattraceLtCounter = 5
+	lattraceLtCounterLT_CNT_PATH_FULL     lattraceLtCounter = 6
+	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 7
+)
+
+type lattraceLtExchange struct {
+	_             structs.HostLayout
+	Hdr           lattraceLtHeader
+	Cookie        uint64
+	Flow          lattraceLtFlow
+	Owner         lattraceLtOwner
+	Role          uint32
+	ConnRole      uint32
+	Flags         uint32
+	Turns         uint32
+	ConnectNs     uint64
+	EstablishedNs uint64
+	W0            uint64
+	W1            uint64
+	X1            uint64
+	A1            uint64
+	R0            uint64
+	R1            uint64
+	D1            uint64
+	BytesOut      uint64
+	BytesIn       uint64
+	SegsOut       uint32
+	SegsIn        uint32
+	Retrans       uint32
+	Rtos          uint32
+	LossOutNs     uint64
+	LossInNs      uint64
+	WaitCwndNs    uint64
+	WaitRwndNs    uint64
+	WaitSndbufNs  uint64
+	WaitOtherNs   uint64
+	IdleNs        uint64
+	MinRttUs      uint32
+	SrttUs        uint32
+	PathRttUs     uint32
+	AckRttUs      uint32
+	CwndStart     uint32
+	CwndEnd       uint32
+	RwndStart     uint32
+	RwndEnd       uint32
+}
+
+type lattraceLtExchangeFlag uint32
+
+const (
+	lattraceLtExchangeFlagLT_EX_TX_TSTAMP    lattraceLtExchangeFlag = 1
+	lattraceLtExchangeFlagLT_EX_CWND_RESTART lattraceLtExchangeFlag = 2
+	lattraceLtExchangeFlagLT_EX_SSAI         lattraceLtExchangeFlag = 4
+	lattraceLtExchangeFlagLT_EX_PARTIAL      lattraceLtExchangeFlag = 8
+	lattraceLtExchangeFlagLT_EX_FIRST        lattraceLtExchangeFlag = 16
+	lattraceLtExchangeFlagLT_EX_ACK_PURE     lattraceLtExchangeFlag = 32
+)
+
+type lattraceLtExchangeRole uint32
+
+const (
+	lattraceLtExchangeRoleLT_REQUESTER lattraceLtExchangeRole = 1
+	lattraceLtExchangeRoleLT_RESPONDER lattraceLtExchangeRole = 2
 )
 
 type lattraceLtFlow struct {
@@ -68,6 +141,8 @@ type lattraceLtRecordKind uint32
 
 const (
 	lattraceLtRecordKindLT_RECORD_CONN_CLOSE lattraceLtRecordKind = 1
+	lattraceLtRecordKindLT_RECORD_CONN_OPEN  lattraceLtRecordKind = 2
+	lattraceLtRecordKindLT_RECORD_EXCHANGE   lattraceLtRecordKind = 3
 )
 
 type lattraceLtRole uint32
@@ -79,14 +154,50 @@ const (
 )
 
 type lattraceLtSock struct {
-	_             structs.HostLayout
-	EstablishedNs uint64
-	SendmsgCalls  uint64
-	BytesSent     uint64
-	SendSkbs      uint64
-	Owner         lattraceLtOwner
-	Role          uint32
-	Pad           uint32
+	_              structs.HostLayout
+	Cur            lattraceLtExchange
+	Flow           lattraceLtFlow
+	Owner          lattraceLtOwner
+	Rtt            lattraceWinmin
+	SynNs          uint64
+	EstablishedNs  uint64
+	LastActivityNs uint64
+	SendmsgCalls   uint64
+	BytesSent      uint64
+	SendSkbs       uint64
+	WaitLastNs     uint64
+	HoleStartNs    uint64
+	LastInNs       uint64
+	OutSeqStart    uint32
+	OutSeqEnd      uint32
+	InSeqStart     uint32
+	InSeqEnd       uint32
+	DataSegsOut0   uint32
+	TotalRetrans0  uint32
+	Turns          uint32
+	Role           uint32
+	Phase          uint8
+	WaitCause      uint8
+	LastInLenZero  uint8
+	Tstamp         uint8
+	Partial        uint8
+	EmittedAny     uint8
+	Pad            [2]uint8
+}
+
+type lattracePathKey struct {
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Netns  uint32
+	Family uint16
+	Pad    uint16
+}
+
+type lattraceWinmin struct {
+	_        structs.HostLayout
+	CurStart uint64
+	Cur      uint32
+	Prev     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -95,15 +206,26 @@ type lattraceLtSock struct {
 const (
 	lattraceMapCounters               = "counters"
 	lattraceMapEvents                 = "events"
+	lattraceMapPaths                  = "paths"
 	lattraceMapSocks                  = "socks"
+	lattraceProgLattraceCongState     = "lattrace_cong_state"
+	lattraceProgLattraceProbe         = "lattrace_probe"
+	lattraceProgLattraceRecvLength    = "lattrace_recv_length"
+	lattraceProgLattraceRetransmit    = "lattrace_retransmit"
 	lattraceProgLattraceSendLength    = "lattrace_send_length"
 	lattraceProgLattraceSendmsgLocked = "lattrace_sendmsg_locked"
 	lattraceProgLattraceSetState      = "lattrace_set_state"
 	lattraceProgLattraceSockops       = "lattrace_sockops"
+	lattraceVarPathWindowNs           = "path_window_ns"
 	lattraceVarUnusedLtConnClose      = "unused_lt_conn_close"
+	lattraceVarUnusedLtConnOpen       = "unused_lt_conn_open"
 	lattraceVarUnusedLtCounter        = "unused_lt_counter"
+	lattraceVarUnusedLtExchange       = "unused_lt_exchange"
+	lattraceVarUnusedLtExchangeFlag   = "unused_lt_exchange_flag"
+	lattraceVarUnusedLtExchangeRole   = "unused_lt_exchange_role"
 	lattraceVarUnusedLtRecordKind     = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole           = "unused_lt_role"
+	lattraceVarUseTxTstamp            = "use_tx_tstamp"
 	lattraceVarWakeupBytes            = "wakeup_bytes"
 )
 
@@ -149,6 +271,10 @@ type lattraceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceProgramSpecs struct {
+	LattraceCongState     *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
+	LattraceProbe         *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
+	LattraceRecvLength    *ebpf.ProgramSpec `ebpf:"lattrace_recv_length"`
+	LattraceRetransmit    *ebpf.ProgramSpec `ebpf:"lattrace_retransmit"`
 	LattraceSendLength    *ebpf.ProgramSpec `ebpf:"lattrace_send_length"`
 	LattraceSendmsgLocked *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSetState      *ebpf.ProgramSpec `ebpf:"lattrace_set_state"`
@@ -161,6 +287,7 @@ type lattraceProgramSpecs struct {
 type lattraceMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
+	Paths    *ebpf.MapSpec `ebpf:"paths"`
 	Socks    *ebpf.MapSpec `ebpf:"socks"`
 }
 
@@ -168,11 +295,17 @@ type lattraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceVariableSpecs struct {
-	UnusedLtConnClose  *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
-	UnusedLtCounter    *ebpf.VariableSpec `ebpf:"unused_lt_counter"`
-	UnusedLtRecordKind *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
-	UnusedLtRole       *ebpf.VariableSpec `ebpf:"unused_lt_role"`
-	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	PathWindowNs         *ebpf.VariableSpec `ebpf:"path_window_ns"`
+	UnusedLtConnClose    *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
+	UnusedLtConnOpen     *ebpf.VariableSpec `ebpf:"unused_lt_conn_open"`
+	UnusedLtCounter      *ebpf.VariableSpec `ebpf:"unused_lt_counter"`
+	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
+	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
+	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
+	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
+	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
+	UseTxTstamp          *ebpf.VariableSpec `ebpf:"use_tx_tstamp"`
+	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // lattraceObjects contains all objects after they have been loaded into the kernel.
@@ -197,6 +330,7 @@ func (o *lattraceObjects) Close() error {
 type lattraceMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	Events   *ebpf.Map `ebpf:"events"`
+	Paths    *ebpf.Map `ebpf:"paths"`
 	Socks    *ebpf.Map `ebpf:"socks"`
 }
 
@@ -204,6 +338,7 @@ func (m *lattraceMaps) Close() error {
 	return _LattraceClose(
 		m.Counters,
 		m.Events,
+		m.Paths,
 		m.Socks,
 	)
 }
@@ -212,17 +347,27 @@ func (m *lattraceMaps) Close() error {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceVariables struct {
-	UnusedLtConnClose  *ebpf.Variable `ebpf:"unused_lt_conn_close"`
-	UnusedLtCounter    *ebpf.Variable `ebpf:"unused_lt_counter"`
-	UnusedLtRecordKind *ebpf.Variable `ebpf:"unused_lt_record_kind"`
-	UnusedLtRole       *ebpf.Variable `ebpf:"unused_lt_role"`
-	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
+	PathWindowNs         *ebpf.Variable `ebpf:"path_window_ns"`
+	UnusedLtConnClose    *ebpf.Variable `ebpf:"unused_lt_conn_close"`
+	UnusedLtConnOpen     *ebpf.Variable `ebpf:"unused_lt_conn_open"`
+	UnusedLtCounter      *ebpf.Variable `ebpf:"unused_lt_counter"`
+	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
+	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
+	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
+	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
+	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
+	UseTxTstamp          *ebpf.Variable `ebpf:"use_tx_tstamp"`
+	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // lattracePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattracePrograms struct {
+	LattraceCongState     *ebpf.Program `ebpf:"lattrace_cong_state"`
+	LattraceProbe         *ebpf.Program `ebpf:"lattrace_probe"`
+	LattraceRecvLength    *ebpf.Program `ebpf:"lattrace_recv_length"`
+	LattraceRetransmit    *ebpf.Program `ebpf:"lattrace_retransmit"`
 	LattraceSendLength    *ebpf.Program `ebpf:"lattrace_send_length"`
 	LattraceSendmsgLocked *ebpf.Program `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSetState      *ebpf.Program `ebpf:"lattrace_set_state"`
@@ -231,6 +376,10 @@ type lattracePrograms struct {
 
 func (p *lattracePrograms) Close() error {
 	return _LattraceClose(
+		p.LattraceCongState,
+		p.LattraceProbe,
+		p.LattraceRecvLength,
+		p.LattraceRetransmit,
 		p.LattraceSendLength,
 		p.LattraceSendmsgLocked,
 		p.LattraceSetState,

@@ -15,6 +15,9 @@ import (
 // Sink receives decoded records, on the reading goroutine: it must not block
 // for long, or the ring buffer fills and the kernel counts drops.
 type Sink interface {
+	// Exchange gets a record the sink may keep: it is not reused.
+	Exchange(*record.Exchange)
+	ConnOpen(record.ConnOpen)
 	ConnClose(record.ConnClose)
 	// Flush is called after each drain of the ring buffer, so a sink can
 	// batch its output per drain instead of per record.
@@ -73,6 +76,22 @@ func (t *Tracer) decode(raw []byte, sink Sink) {
 		return
 	}
 	switch lattraceLtRecordKind(hdr.Kind) {
+	case lattraceLtRecordKindLT_RECORD_EXCHANGE:
+		x, ok := view[lattraceLtExchange](raw)
+		if !ok {
+			t.decodeErrors.Add(1)
+			return
+		}
+		t.decoded.Add(1)
+		sink.Exchange(exchange(x))
+	case lattraceLtRecordKindLT_RECORD_CONN_OPEN:
+		c, ok := view[lattraceLtConnOpen](raw)
+		if !ok {
+			t.decodeErrors.Add(1)
+			return
+		}
+		t.decoded.Add(1)
+		sink.ConnOpen(connOpen(c))
 	case lattraceLtRecordKindLT_RECORD_CONN_CLOSE:
 		c, ok := view[lattraceLtConnClose](raw)
 		if !ok {

@@ -33,7 +33,10 @@ type Options struct {
 	DrainInterval time.Duration
 	// WakeupBytes is the fill level at which the kernel wakes the reader.
 	WakeupBytes uint64
-	Logger      *slog.Logger
+	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
+	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
+	NoTxTimestamps bool
+	Logger         *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -87,8 +90,13 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded BPF object: %w", err)
 	}
-	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("setting wakeup_bytes: %w", err)
+	for name, v := range map[string]any{
+		"wakeup_bytes":  opts.WakeupBytes,
+		"use_tx_tstamp": !opts.NoTxTimestamps,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("setting %s: %w", name, err)
+		}
 	}
 	t := &Tracer{opts: opts}
 	if err := t.loadMaps(spec); err != nil {

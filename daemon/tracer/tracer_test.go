@@ -16,8 +16,22 @@ import (
 
 // collector gathers records from the reading goroutine.
 type collector struct {
-	mu    sync.Mutex
-	conns []record.ConnClose
+	mu        sync.Mutex
+	conns     []record.ConnClose
+	opens     []record.ConnOpen
+	exchanges []*record.Exchange
+}
+
+func (c *collector) Exchange(e *record.Exchange) {
+	c.mu.Lock()
+	c.exchanges = append(c.exchanges, e)
+	c.mu.Unlock()
+}
+
+func (c *collector) ConnOpen(o record.ConnOpen) {
+	c.mu.Lock()
+	c.opens = append(c.opens, o)
+	c.mu.Unlock()
 }
 
 func (c *collector) ConnClose(r record.ConnClose) {

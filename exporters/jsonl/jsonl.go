@@ -28,8 +28,26 @@ func New(w io.Writer) *Writer {
 
 // Line types, the "type" field of each JSON object.
 const (
+	TypeExchange  = "exchange"
+	TypeConnOpen  = "conn_open"
 	TypeConnClose = "conn_close"
 )
+
+type exchangeLine struct {
+	Type string `json:"type"`
+	*record.Exchange
+}
+
+type connOpenLine struct {
+	Type string `json:"type"`
+	record.ConnOpen
+}
+
+// Exchange writes one exchange line.
+func (w *Writer) Exchange(e *record.Exchange) { w.write(exchangeLine{TypeExchange, e}) }
+
+// ConnOpen writes one conn_open line.
+func (w *Writer) ConnOpen(c record.ConnOpen) { w.write(connOpenLine{TypeConnOpen, c}) }
 
 type connCloseLine struct {
 	Type string `json:"type"`

@@ -1,0 +1,156 @@
+// Package latency implements the latency model of docs/latency-model.md:
+// from the timeline of one exchange it computes where the time went
+// (network, transport, app). It is pure arithmetic on record.Exchange, so
+// every rule of the model is unit-tested here without a kernel.
+//
+// The components are differences between consecutive points of a chain
+// that is forced to be monotonic, so they are never negative and always sum
+// to the exchange's duration exactly (rule 1 of the model), whatever order
+// the kernel's hooks happened to see the points in.
+package latency
+
+import (
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// chain walks points in order, clamping each to be no earlier than the one
+// before, and returns the time from the previous point to the next one.
+type chain struct{ at record.Mono }
+
+func (c *chain) to(p record.Mono) time.Duration {
+	if p <= c.at {
+		return 0
+	}
+	d := p.Sub(c.at)
+	c.at = p
+	return d
+}
+
+// Attribute fills e.Start, e.End, e.Duration and e.Components from e's
+// timeline and RTT fields.
+func Attribute(e *record.Exchange) {
+	if e.Role == record.Responder {
+		responder(e)
+	} else {
+		requester(e)
+	}
+	e.Duration = e.End.Sub(e.Start)
+}
+
+// NetworkRTT is the round trip the path gave this exchange: the path's
+// recent clean RTT (or the flow's minimum when there is none), lowered to
+// the exchange's own ACK sample when a pure ACK came back before the reply
+// (an ACK cannot arrive faster than the path), and never below the flow's
+// minimum RTT.
+func NetworkRTT(e *record.Exchange) time.Duration {
+	est := e.PathRTT
+	if est <= 0 {
+		est = e.MinRTT
+	}
+	if e.AckRTT > 0 && e.AckRTT < est {
+		est = e.AckRTT
+	}
+	if est < e.MinRTT && e.PathRTT > 0 {
+		est = e.MinRTT
+	}
+	return est
+}
+
+func requester(e *record.Exchange) {
+	t := e.Timeline
+	c := &e.Components
+	start := t.W0
+	if t.Connect != 0 && t.Connect < t.W0 {
+		start = t.Connect
+	}
+	e.Start = start
+	ch := chain{at: start}
+	c.Handshake = ch.to(t.W0)
+	x1 := t.X1
+	if x1 == 0 {
+		// Not seen leaving (no TX timestamp and no ACK observed): the
+		// write's return is the best bound.
+		x1 = t.W1
+	}
+	c.SendWait = ch.to(x1)
+	splitSendWait(e)
+
+	if t.R0 == 0 {
+		// One-way message: it ends when it is acknowledged.
+		end := t.A1
+		if end == 0 {
+			end = x1
+		}
+		c.Network = ch.to(end)
+		splitNetwork(e)
+		e.End = ch.at
+		return
+	}
+	gap := ch.to(t.R0)
+	c.LossRecovery = min(e.Raw.LossOut, gap)
+	gap -= c.LossRecovery
+	c.Network = min(NetworkRTT(e), gap)
+	c.Peer = gap - c.Network
+	splitNetwork(e)
+
+	recv := ch.to(t.R1)
+	lossIn := min(e.Raw.LossIn, recv)
+	c.LossRecovery += lossIn
+	c.Receive = recv - lossIn
+	c.LocalRead = ch.to(t.D1)
+	e.End = ch.at
+}
+
+func responder(e *record.Exchange) {
+	t := e.Timeline
+	c := &e.Components
+	e.Start = t.R0
+	ch := chain{at: t.R0}
+	recv := ch.to(t.R1)
+	lossIn := min(e.Raw.LossIn, recv)
+	c.LossRecovery = lossIn
+	c.Receive = recv - lossIn
+	c.LocalRead = ch.to(t.D1)
+	if t.W0 == 0 {
+		e.End = ch.at
+		return
+	}
+	c.Think = ch.to(t.W0)
+	x1 := t.X1
+	if x1 == 0 {
+		x1 = t.W1
+	}
+	c.SendWait = ch.to(x1)
+	splitSendWait(e)
+	// The exchange ends when the response has left: the path's round trip
+	// after that is the requester's to see (PathRTT still reports it).
+	e.End = ch.at
+}
+
+// splitNetwork divides Network into propagation (the flow's minimum RTT)
+// and queueing (the rest).
+func splitNetwork(e *record.Exchange) {
+	c := &e.Components
+	c.Propagation = min(c.Network, e.MinRTT)
+	c.Queueing = c.Network - c.Propagation
+}
+
+// splitSendWait divides SendWait among the causes the kernel side
+// measured; measured time beyond SendWait (the hooks see time slightly
+// outside w0..x1) is scaled down so the split always adds up.
+func splitSendWait(e *record.Exchange) {
+	c := &e.Components
+	cwnd, rwnd, sndbuf := e.Raw.WaitCwnd, e.Raw.WaitRwnd, e.Raw.WaitSndbuf
+	measured := cwnd + rwnd + sndbuf
+	if measured > c.SendWait {
+		scale := float64(c.SendWait) / float64(measured)
+		cwnd = time.Duration(float64(cwnd) * scale)
+		rwnd = time.Duration(float64(rwnd) * scale)
+		sndbuf = time.Duration(float64(sndbuf) * scale)
+		measured = cwnd + rwnd + sndbuf
+	}
+	c.SendWaitCwnd, c.SendWaitRwnd, c.SendWaitSndbuf = cwnd, rwnd, sndbuf
+	c.SendWaitOther = c.SendWait - measured
+}

@@ -1,0 +1,161 @@
+package record
+
+import "time"
+
+// ExchangeRole says which side of an exchange the local end is.
+type ExchangeRole string
+
+// The requester sent the exchange's first message; the responder answered.
+const (
+	Requester ExchangeRole = "requester"
+	Responder ExchangeRole = "responder"
+)
+
+// Timeline holds the points of one exchange on the local end, each a
+// CLOCK_MONOTONIC timestamp, zero when the point did not happen (a one-way
+// message has no response). Points are named as in docs/latency-model.md.
+// On the requester the outgoing message is the request and the incoming one
+// the response; on the responder it is the other way round.
+type Timeline struct {
+	// Connect is when the SYN was sent, set on the first exchange of a
+	// connection this end opened (the handshake is part of that exchange).
+	Connect Mono `json:"connect,omitempty"`
+	// Established is when the handshake completed (first exchange only).
+	Established Mono `json:"established,omitempty"`
+	W0          Mono `json:"w0,omitempty"` // first byte of the outgoing message handed to the kernel
+	W1          Mono `json:"w1,omitempty"` // last write of the outgoing message returned
+	X1          Mono `json:"x1,omitempty"` // last byte of the outgoing message first transmitted
+	A1          Mono `json:"a1,omitempty"` // ACK covering the outgoing message arrived
+	R0          Mono `json:"r0,omitempty"` // first byte of the incoming message arrived
+	R1          Mono `json:"r1,omitempty"` // last byte of the incoming message arrived
+	D1          Mono `json:"d1,omitempty"` // the app read the last byte of the incoming message
+}
+
+// Components is where an exchange's time went. The top-level fields
+// (Network, SendWait, LossRecovery, Handshake, Receive, Peer, LocalRead,
+// Think) sum to the exchange's Duration; the others split one of them.
+type Components struct {
+	// Network is the path's round trip for this exchange:
+	// Propagation (the flow's minimum RTT) + Queueing (above it).
+	Network     time.Duration `json:"network_ns"`
+	Propagation time.Duration `json:"propagation_ns"`
+	Queueing    time.Duration `json:"queueing_ns"`
+
+	// SendWait is the outgoing message waiting in the local kernel, from
+	// the first byte handed over to the last byte first sent, split by
+	// what it waited for.
+	SendWait       time.Duration `json:"send_wait_ns"`
+	SendWaitCwnd   time.Duration `json:"send_wait_cwnd_ns"`
+	SendWaitRwnd   time.Duration `json:"send_wait_rwnd_ns"`
+	SendWaitSndbuf time.Duration `json:"send_wait_sndbuf_ns"`
+	SendWaitOther  time.Duration `json:"send_wait_other_ns"` // pacing, Nagle, the app writing in pieces
+
+	// LossRecovery is time lost to retransmissions, either direction.
+	LossRecovery time.Duration `json:"loss_recovery_ns"`
+	// Handshake is connect() until the first write, on the first exchange
+	// of a connection this end opened.
+	Handshake time.Duration `json:"handshake_ns"`
+	// Receive is the incoming message's own transfer time, first byte to
+	// last, less loss recovery.
+	Receive time.Duration `json:"receive_ns"`
+
+	// Peer is the other side's think time and its own kernel delays, as
+	// seen from the requester.
+	Peer time.Duration `json:"peer_ns"`
+	// LocalRead is the incoming message waiting for the local app to read it.
+	LocalRead time.Duration `json:"local_read_ns"`
+	// Think is the local app's own think time, on the responder: request
+	// read to first response byte written.
+	Think time.Duration `json:"think_ns"`
+}
+
+// Sum adds the top-level components.
+func (c Components) Sum() time.Duration {
+	return c.Network + c.SendWait + c.LossRecovery + c.Handshake + c.Receive + c.Peer + c.LocalRead + c.Think
+}
+
+// Exchange is one message each way on a connection, as one end saw it.
+type Exchange struct {
+	// Time is when the exchange was closed (the next turn, close, or idle).
+	Time   Mono         `json:"time_mono_ns"`
+	Cookie uint64       `json:"cookie"`
+	Flow   Flow         `json:"flow"`
+	Owner  Owner        `json:"owner"`
+	Role   ExchangeRole `json:"role"`
+	// ConnRole is who opened the connection, which need not be who
+	// requests (a server can speak first).
+	ConnRole Role     `json:"conn_role"`
+	Timeline Timeline `json:"timeline"`
+
+	// Start and End bound the exchange; Duration = End - Start = Components.Sum().
+	Start      Mono          `json:"start_mono_ns"`
+	End        Mono          `json:"end_mono_ns"`
+	Duration   time.Duration `json:"duration_ns"`
+	Components Components    `json:"components"`
+
+	BytesOut    uint64 `json:"bytes_out"`
+	BytesIn     uint64 `json:"bytes_in"`
+	SegsOut     uint32 `json:"segs_out"`
+	SegsIn      uint32 `json:"segs_in"`
+	Retransmits uint32 `json:"retransmits"`
+	RTOs        uint32 `json:"rtos"`
+
+	// MinRTT is the kernel's windowed minimum RTT of the flow; SRTT its
+	// smoothed RTT; PathRTT the recent clean RTT of the path (this
+	// namespace to this peer address, from every flow); AckRTT the outgoing
+	// message's own ACK sample when a pure ACK came before the reply.
+	MinRTT  time.Duration `json:"min_rtt_ns"`
+	SRTT    time.Duration `json:"srtt_ns"`
+	PathRTT time.Duration `json:"path_rtt_ns"`
+	AckRTT  time.Duration `json:"ack_rtt_ns,omitempty"`
+
+	// Raw kernel measurements the components are computed from.
+	Raw ExchangeRaw `json:"raw"`
+
+	CwndStart uint32 `json:"cwnd_start"`
+	CwndEnd   uint32 `json:"cwnd_end"`
+	RwndStart uint32 `json:"rwnd_start"` // the peer's advertised window, bytes
+	RwndEnd   uint32 `json:"rwnd_end"`
+
+	// Turns is the connection's changes of direction so far.
+	Turns uint32 `json:"turns"`
+	// IdleGap is the connection's silence before the exchange began.
+	IdleGap time.Duration `json:"idle_gap_ns"`
+	// CwndRestart: the kernel shrank the congestion window after the idle
+	// gap (slow start after idle) before sending this exchange's message.
+	CwndRestart bool `json:"cwnd_restart"`
+	// SlowStartAfterIdle is the namespace's tcp_slow_start_after_idle.
+	SlowStartAfterIdle bool `json:"slow_start_after_idle"`
+	// TxTimestamps: X1 and A1 came from the kernel's BPF TX timestamps;
+	// otherwise they were reconstructed from snd_nxt/snd_una.
+	TxTimestamps bool `json:"tx_timestamps"`
+	// First: the connection's first exchange.
+	First bool `json:"first,omitempty"`
+	// Partial: the connection was open before lattrace started and this is
+	// the first exchange seen, so its beginning may be missing.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// ConnOpen is emitted when a connection is established.
+type ConnOpen struct {
+	Time   Mono   `json:"time_mono_ns"`
+	Cookie uint64 `json:"cookie"`
+	Flow   Flow   `json:"flow"`
+	Role   Role   `json:"role"`
+	// ConnectLatency is SYN sent to ESTABLISHED, for connections this end
+	// opened; for accepted ones, SYN received to ESTABLISHED.
+	ConnectLatency time.Duration `json:"connect_latency_ns"`
+	// HandshakeRTT is the kernel's RTT sample from the handshake.
+	HandshakeRTT time.Duration `json:"handshake_rtt_ns"`
+}
+
+// ExchangeRaw holds the kernel's measurements that feed the latency model
+// and are not points on the timeline.
+type ExchangeRaw struct {
+	LossOut    time.Duration `json:"loss_out_ns"`
+	LossIn     time.Duration `json:"loss_in_ns"`
+	WaitCwnd   time.Duration `json:"wait_cwnd_ns"`
+	WaitRwnd   time.Duration `json:"wait_rwnd_ns"`
+	WaitSndbuf time.Duration `json:"wait_sndbuf_ns"`
+	WaitOther  time.Duration `json:"wait_other_ns"`
+}
