@@ -1,0 +1,303 @@
+// Package scenarios proves lattrace's latency attribution on the real
+// kernel: each test builds a network lab with injected delay, loss, rate or
+// queue, runs the project's workload through it with a known server think
+// time, traces it with the real BPF programs, and compares every component
+// with the injected truth and with the workload's own app-level timestamps
+// taken in the same run.
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/netlab"
+	"github.com/lattrace/lattrace/tests/workload"
+)
+
+const port = 7000
+
+// collector keeps what the tracer reports for the lab's namespaces.
+type collector struct {
+	mu        sync.Mutex
+	netns     map[uint32]bool
+	exchanges []*record.Exchange
+	opens     []record.ConnOpen
+	closes    []record.ConnClose
+}
+
+func (c *collector) keep(f record.Flow) bool { return c.netns[f.Netns] }
+
+func (c *collector) Exchange(e *record.Exchange) {
+	if c.keep(e.Flow) {
+		c.mu.Lock()
+		c.exchanges = append(c.exchanges, e)
+		c.mu.Unlock()
+	}
+}
+
+func (c *collector) ConnOpen(o record.ConnOpen) {
+	if c.keep(o.Flow) {
+		c.mu.Lock()
+		c.opens = append(c.opens, o)
+		c.mu.Unlock()
+	}
+}
+
+func (c *collector) ConnClose(r record.ConnClose) {
+	if c.keep(r.Flow) {
+		c.mu.Lock()
+		c.closes = append(c.closes, r)
+		c.mu.Unlock()
+	}
+}
+
+func (c *collector) Flush() {}
+
+// scenario is one lab with the tracer watching it.
+type scenario struct {
+	t     *testing.T
+	lab   *netlab.Lab
+	tr    *tracer.Tracer
+	col   *collector
+	netnsA, netnsB uint32
+}
+
+func netnsInode(t *testing.T, name string) uint32 {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+name, &st); err != nil {
+		t.Fatalf("netns %s: %v", name, err)
+	}
+	return uint32(st.Ino)
+}
+
+func newScenario(t *testing.T, cfg netlab.Config, opts tracer.Options) *scenario {
+	t.Helper()
+	lab := netlab.NewT(t, cfg)
+	s := &scenario{t: t, lab: lab, netnsA: netnsInode(t, lab.A.Netns), netnsB: netnsInode(t, lab.B.Netns)}
+	s.col = &collector{netns: map[uint32]bool{s.netnsA: true, s.netnsB: true}}
+	if opts.DrainInterval == 0 {
+		opts.DrainInterval = 20 * time.Millisecond
+	}
+	tr, err := tracer.Open(opts)
+	if err != nil {
+		t.Fatalf("tracer: %v (scenarios load BPF programs: run as root)", err)
+	}
+	s.tr = tr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx, s.col) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("tracer: %v", err)
+		}
+		c, err := tr.Counters()
+		if err == nil && (c.RingbufFull != 0 || c.StorageFail != 0 || c.DecodeErrors != 0) {
+			t.Errorf("tracer lost records: %+v", c)
+		}
+		tr.Close()
+	})
+	return s
+}
+
+// server starts the workload server in B, listening on both families.
+func (s *scenario) server(cfg workload.ServerConfig) *workload.Server {
+	s.t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = fmt.Sprintf("[::]:%d", port)
+	}
+	var srv *workload.Server
+	err := s.lab.B.Do(func() (err error) {
+		srv, err = workload.Listen(cfg)
+		return err
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		srv.Serve(ctx)
+		close(done)
+	}()
+	s.t.Cleanup(func() { cancel(); <-done })
+	return srv
+}
+
+// client runs the workload client in A against B and returns its records.
+func (s *scenario) client(cfg workload.ClientConfig) []workload.ClientRecord {
+	s.t.Helper()
+	if cfg.Addr == "" {
+		cfg.Addr = netip.AddrPortFrom(s.lab.B.IPv4, port).String()
+	}
+	var recs []workload.ClientRecord
+	err := s.lab.A.Do(func() (err error) {
+		recs, err = workload.RunClient(context.Background(), cfg)
+		return err
+	})
+	if err != nil {
+		s.t.Fatalf("client: %v", err)
+	}
+	return recs
+}
+
+// settle waits until the tracer has reported the close of every connection
+// the client made (the last exchange of a connection is closed by it).
+func (s *scenario) settle(recs []workload.ClientRecord) {
+	s.t.Helper()
+	want := map[netip.AddrPort]bool{}
+	for _, r := range recs {
+		want[netip.MustParseAddrPort(r.Local)] = true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.col.mu.Lock()
+		seen := 0
+		for _, c := range s.col.closes {
+			if want[c.Flow.Local] && c.Flow.Netns == s.netnsA {
+				seen++
+			}
+		}
+		s.col.mu.Unlock()
+		if seen >= len(want) {
+			time.Sleep(50 * time.Millisecond)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("the tracer did not report the close of all %d client connections", len(want))
+}
+
+// pair is one exchange as the workload and as lattrace saw it.
+type pair struct {
+	app workload.ClientRecord
+	ex  *record.Exchange
+}
+
+// match finds, for each client record, the requester exchange in A on the
+// same connection whose first write falls inside the record's write.
+func (s *scenario) match(recs []workload.ClientRecord) []pair {
+	s.t.Helper()
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	var out []pair
+	for _, r := range recs {
+		local := netip.MustParseAddrPort(r.Local)
+		var found *record.Exchange
+		for _, e := range s.col.exchanges {
+			if e.Role != record.Requester || e.Flow.Netns != s.netnsA || e.Flow.Local != local {
+				continue
+			}
+			w0 := int64(e.Timeline.W0)
+			if w0 >= r.WriteStartNs && w0 <= r.WriteDoneNs {
+				found = e
+				break
+			}
+		}
+		if found == nil {
+			s.t.Errorf("no requester exchange for client exchange %d on %s", r.ID, r.Local)
+			continue
+		}
+		out = append(out, pair{r, found})
+	}
+	return out
+}
+
+// responders returns B's responder exchanges.
+func (s *scenario) responders() []*record.Exchange {
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	var out []*record.Exchange
+	for _, e := range s.col.exchanges {
+		if e.Role == record.Responder && e.Flow.Netns == s.netnsB {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// tolerance is the model's accuracy target: max(5 %, 300 us) of the truth.
+func tolerance(truth time.Duration) time.Duration {
+	return max(time.Duration(math.Abs(float64(truth))*0.05), 300*time.Microsecond)
+}
+
+func near(got, truth time.Duration) bool {
+	d := got - truth
+	return d.Abs() <= tolerance(truth)
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// checkSums asserts rule 1 of the model on every pair and that lattrace's
+// duration agrees with the app's own measurement of the same exchange: the
+// kernel sees the exchange from inside the write call to inside the last
+// read, the app from before the write to after the read, so the app's is
+// longer by two system calls at most.
+func checkSums(t *testing.T, pairs []pair) {
+	t.Helper()
+	for _, p := range pairs {
+		c, e := p.ex.Components, p.ex
+		if c.Sum() != e.Duration {
+			t.Errorf("exchange %d: components sum to %v, duration %v", p.app.ID, c.Sum(), e.Duration)
+		}
+		for name, v := range map[string]time.Duration{"network": c.Network, "send_wait": c.SendWait, "loss": c.LossRecovery,
+			"handshake": c.Handshake, "receive": c.Receive, "peer": c.Peer, "local_read": c.LocalRead, "think": c.Think} {
+			if v < 0 {
+				t.Errorf("exchange %d: %s negative: %v", p.app.ID, name, v)
+			}
+		}
+		app := time.Duration(p.app.LastRespByteNs - p.app.WriteStartNs)
+		if p.app.NewConn && e.Timeline.Connect != 0 {
+			app = time.Duration(p.app.LastRespByteNs - p.app.ConnectStartNs)
+		}
+		if diff := app - e.Duration; diff < 0 || diff > max(app/100, 500*time.Microsecond) {
+			t.Errorf("exchange %d: lattrace duration %v vs app RTT %v (diff %v)", p.app.ID, e.Duration, app, diff)
+		}
+	}
+}
+
+func componentMedians(pairs []pair, skipFirst bool) map[string]time.Duration {
+	vals := map[string][]time.Duration{}
+	for _, p := range pairs {
+		if skipFirst && p.ex.First {
+			continue
+		}
+		c := p.ex.Components
+		for k, v := range map[string]time.Duration{"network": c.Network, "propagation": c.Propagation, "queueing": c.Queueing,
+			"send_wait": c.SendWait, "loss": c.LossRecovery, "handshake": c.Handshake, "receive": c.Receive,
+			"peer": c.Peer, "local_read": c.LocalRead, "duration": p.ex.Duration} {
+			vals[k] = append(vals[k], v)
+		}
+	}
+	out := map[string]time.Duration{}
+	for k, v := range vals {
+		out[k] = median(v)
+	}
+	return out
+}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "scenarios: these tests load BPF programs and build network namespaces: run them as root")
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
