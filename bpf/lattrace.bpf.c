@@ -115,14 +115,31 @@ struct path_key {
 	__u16 _pad;
 };
 
-/* Clean RTT per path, shared by every flow to the same peer address from
- * the same namespace: a bulk flow's samples tell a chatty flow beside it
- * how much queue there is. LRU-bounded. */
+/* RTT per path (this namespace to one peer address), shared by every flow
+ * on it: a bulk flow's samples tell a chatty flow beside it how much queue
+ * there is. Clean samples go into short time buckets, so an exchange can
+ * take the minimum of those taken while it was in flight, and into a
+ * longer windowed minimum for exchanges that saw none. Every sample (clean
+ * or not: none is below the propagation delay) lowers the path's minimum,
+ * which ages out so a route change is learnt. LRU-bounded. */
+#define PATH_BUCKETS 16
+#define PATH_BUCKET_NS (32ULL * 1000 * 1000)
+#define PATH_MIN_AGE_NS (300ULL * 1000 * 1000 * 1000)
+
+struct path_rtt {
+	__u64 epoch[PATH_BUCKETS]; /* time / PATH_BUCKET_NS of the bucket's samples */
+	__u32 min[PATH_BUCKETS];
+	struct winmin recent;
+	__u64 min_rtt_ns_at;
+	__u32 min_rtt_us;
+	__u32 _pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct path_key);
-	__type(value, struct winmin);
+	__type(value, struct path_rtt);
 } paths SEC(".maps");
 
 struct {
@@ -205,6 +222,58 @@ static __always_inline void path_key_of(const struct lt_flow *f, struct path_key
 	__builtin_memcpy(k->addr, f->daddr, 16);
 	k->netns = f->netns;
 	k->family = f->family;
+}
+
+static __always_inline void path_min_add(struct path_rtt *p, __u32 v, __u64 now)
+{
+	if (!v)
+		return;
+	if (!p->min_rtt_us || v <= p->min_rtt_us || now - p->min_rtt_ns_at > PATH_MIN_AGE_NS) {
+		p->min_rtt_us = v;
+		p->min_rtt_ns_at = now;
+	}
+}
+
+static __always_inline void path_clean_add(struct path_rtt *p, __u32 v, __u64 now)
+{
+	__u64 e = now / PATH_BUCKET_NS;
+	__u32 i = e & (PATH_BUCKETS - 1);
+
+	if (p->epoch[i] != e) {
+		p->epoch[i] = e;
+		p->min[i] = v;
+	} else if (v < p->min[i]) {
+		p->min[i] = v;
+	}
+	winmin_add(&p->recent, v, now);
+}
+
+/* The minimum clean RTT of samples taken between from and to. */
+static __always_inline __u32 path_rtt_between(const struct path_rtt *p, __u64 from, __u64 to)
+{
+	__u64 lo = from / PATH_BUCKET_NS, hi = to / PATH_BUCKET_NS;
+	__u32 best = 0;
+
+	for (int i = 0; i < PATH_BUCKETS; i++) {
+		if (p->epoch[i] < lo || p->epoch[i] > hi || !p->min[i])
+			continue;
+		if (!best || p->min[i] < best)
+			best = p->min[i];
+	}
+	return best;
+}
+
+static __always_inline struct path_rtt *path_get(const struct lt_flow *f)
+{
+	struct path_rtt *p, zero = {};
+	struct path_key k;
+
+	path_key_of(f, &k);
+	p = bpf_map_lookup_elem(&paths, &k);
+	if (p)
+		return p;
+	bpf_map_update_elem(&paths, &k, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&paths, &k);
 }
 
 /* Called from process context only: the current task owns the socket. */
@@ -323,8 +392,7 @@ static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
 static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
 {
 	struct lt_exchange *ex = &st->cur;
-	struct winmin *pw;
-	struct path_key pk;
+	struct path_rtt *pw;
 	__u32 rtt;
 
 	if (!ex->role)
@@ -349,10 +417,17 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 		if (!ex->cwnd_end)
 			ex->cwnd_end = tp->snd_cwnd;
 	}
-	/* The path's clean RTT, or failing a recent one, the flow's own. */
-	path_key_of(&st->flow, &pk);
-	pw = bpf_map_lookup_elem(&paths, &pk);
-	rtt = pw ? winmin_get(pw, now) : 0;
+	/* The path's RTT while this exchange was in flight, or failing any
+	 * such sample a recent one, or the flow's own. */
+	pw = path_get(&st->flow);
+	rtt = 0;
+	if (pw) {
+		path_min_add(pw, ex->min_rtt_us, now);
+		ex->path_min_rtt_us = pw->min_rtt_us;
+		rtt = path_rtt_between(pw, ex->w0 ? ex->w0 : ex->r0, ex->r0 && ex->role == LT_REQUESTER ? ex->r0 : now);
+		if (!rtt)
+			rtt = winmin_get(&pw->recent, now);
+	}
 	if (!rtt)
 		rtt = winmin_get(&st->rtt, now);
 	ex->path_rtt_us = rtt;
@@ -444,8 +519,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 	struct lt_sock *st;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 op = skops->op;
-	struct winmin *pw;
-	struct path_key pk;
 
 	if (!bsk)
 		return 1;
@@ -525,26 +598,25 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 	}
 	case BPF_SOCK_OPS_RTT_CB: {
 		__u32 rtt = skops->args[0];
+		struct path_rtt *p;
 
 		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
 		if (!st || !rtt)
 			return 1;
+		p = path_get(&st->flow);
+		if (!p) {
+			count(LT_CNT_PATH_FULL);
+			return 1;
+		}
+		path_min_add(p, rtt, now);
 		/* Clean samples only: a pure ACK (no reply data riding on it, so
-		 * no peer think time) while more data is in flight (so not the
-		 * delayed ACK of a message's last segment). */
-		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt)
+		 * no peer think time) of the middle of a message, with more of it
+		 * in flight (so not the delayed ACK of its last segment). */
+		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
+		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
 			return 1;
 		winmin_add(&st->rtt, rtt, now);
-		path_key_of(&st->flow, &pk);
-		pw = bpf_map_lookup_elem(&paths, &pk);
-		if (!pw) {
-			struct winmin w = {};
-
-			winmin_add(&w, rtt, now);
-			bpf_map_update_elem(&paths, &pk, &w, BPF_ANY);
-		} else {
-			winmin_add(pw, rtt, now);
-		}
+		path_clean_add(p, rtt, now);
 		return 1;
 	}
 	case BPF_SOCK_OPS_TSTAMP_SENDMSG_CB:
@@ -764,10 +836,10 @@ int BPF_PROG(lattrace_retransmit, struct sock *sk, struct sk_buff *skb, int err)
 	if (!st || !st->cur.w0 || !st->cur.x1)
 		return 0;
 	/* A retransmission of the out message after its last byte was first
-	 * sent: the time since x1 is lost to recovery (the last one that
-	 * happens is the one that got through). */
+	 * sent and before the reply: the time since x1 is lost to recovery
+	 * (the last one that happens is the one that got through). */
 	seq = BPF_CORE_READ(cb, seq);
-	if (!after(st->out_seq_start, seq) && after(st->out_seq_end, seq) && !st->cur.r0) {
+	if (st->phase == PHASE_OUT && !after(st->out_seq_start, seq) && after(st->out_seq_end, seq)) {
 		now = bpf_ktime_get_ns();
 		st->cur.loss_out_ns = now - st->cur.x1;
 	}

@@ -30,7 +30,7 @@ enum lt_counter {
 	LT_CNT_SOCKS_TRACKED,      /* sockets that got lattrace state */
 	LT_CNT_EXCHANGES,          /* exchanges closed (submitted or dropped) */
 	LT_CNT_TSTAMP_OFF,         /* sockets without BPF TX timestamping (reconstructed x1/a1) */
-	LT_CNT_PATH_FULL,          /* path RTT entries evicted from the LRU map */
+	LT_CNT_PATH_FULL,          /* no path RTT entry could be made (LRU map contention) */
 	LT_CNT_MAX,
 };
 
@@ -139,6 +139,8 @@ struct lt_exchange {
 	__u32 ack_rtt_us;  /* a1 - x1 when LT_EX_ACK_PURE */
 	__u32 cwnd_start, cwnd_end;
 	__u32 rwnd_start, rwnd_end;
+	__u32 path_min_rtt_us; /* the path's minimum RTT over minutes, all flows */
+	__u32 _pad2;
 };
 
 #endif /* LATTRACE_H */

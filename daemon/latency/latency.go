@@ -40,10 +40,10 @@ func Attribute(e *record.Exchange) {
 }
 
 // NetworkRTT is the round trip the path gave this exchange: the path's
-// recent clean RTT (or the flow's minimum when there is none), lowered to
-// the exchange's own ACK sample when a pure ACK came back before the reply
-// (an ACK cannot arrive faster than the path), and never below the flow's
-// minimum RTT.
+// clean RTT while the exchange was in flight (or a recent one; the flow's
+// minimum when there is none), lowered to the exchange's own ACK sample
+// when a pure ACK came back before the reply (an ACK cannot arrive faster
+// than the path), and never below the path's minimum.
 func NetworkRTT(e *record.Exchange) time.Duration {
 	est := e.PathRTT
 	if est <= 0 {
@@ -52,10 +52,17 @@ func NetworkRTT(e *record.Exchange) time.Duration {
 	if e.AckRTT > 0 && e.AckRTT < est {
 		est = e.AckRTT
 	}
-	if est < e.MinRTT && e.PathRTT > 0 {
-		est = e.MinRTT
+	return max(est, propagation(e))
+}
+
+// propagation is the path's lowest RTT: the path's minimum over all flows
+// when known (a flow that started behind a full queue never saw the empty
+// path), else the flow's own.
+func propagation(e *record.Exchange) time.Duration {
+	if e.PathMinRTT > 0 && (e.MinRTT == 0 || e.PathMinRTT < e.MinRTT) {
+		return e.PathMinRTT
 	}
-	return est
+	return e.MinRTT
 }
 
 func requester(e *record.Exchange) {
@@ -129,11 +136,11 @@ func responder(e *record.Exchange) {
 	e.End = ch.at
 }
 
-// splitNetwork divides Network into propagation (the flow's minimum RTT)
+// splitNetwork divides Network into propagation (the path's minimum RTT)
 // and queueing (the rest).
 func splitNetwork(e *record.Exchange) {
 	c := &e.Components
-	c.Propagation = min(c.Network, e.MinRTT)
+	c.Propagation = min(c.Network, propagation(e))
 	c.Queueing = c.Network - c.Propagation
 }
 

@@ -101,13 +101,16 @@ type Exchange struct {
 	RTOs        uint32 `json:"rtos"`
 
 	// MinRTT is the kernel's windowed minimum RTT of the flow; SRTT its
-	// smoothed RTT; PathRTT the recent clean RTT of the path (this
-	// namespace to this peer address, from every flow); AckRTT the outgoing
-	// message's own ACK sample when a pure ACK came before the reply.
-	MinRTT  time.Duration `json:"min_rtt_ns"`
-	SRTT    time.Duration `json:"srtt_ns"`
-	PathRTT time.Duration `json:"path_rtt_ns"`
-	AckRTT  time.Duration `json:"ack_rtt_ns,omitempty"`
+	// smoothed RTT. PathRTT is the clean RTT of the path (this namespace to
+	// this peer address, from every flow's samples) while the exchange was
+	// in flight, or a recent one; PathMinRTT the path's minimum over
+	// minutes. AckRTT is the outgoing message's own ACK sample when a pure
+	// ACK came before the reply.
+	MinRTT     time.Duration `json:"min_rtt_ns"`
+	SRTT       time.Duration `json:"srtt_ns"`
+	PathRTT    time.Duration `json:"path_rtt_ns"`
+	PathMinRTT time.Duration `json:"path_min_rtt_ns"`
+	AckRTT     time.Duration `json:"ack_rtt_ns,omitempty"`
 
 	// Raw kernel measurements the components are computed from.
 	Raw ExchangeRaw `json:"raw"`

@@ -114,6 +114,7 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		MinRTT:      usec(x.MinRttUs),
 		SRTT:        usec(x.SrttUs),
 		PathRTT:     usec(x.PathRttUs),
+		PathMinRTT:  usec(x.PathMinRttUs),
 		Raw: record.ExchangeRaw{
 			LossOut: time.Duration(x.LossOutNs), LossIn: time.Duration(x.LossInNs),
 			WaitCwnd: time.Duration(x.WaitCwndNs), WaitRwnd: time.Duration(x.WaitRwndNs),

@@ -90,6 +90,8 @@ type lattraceLtExchange struct {
 	CwndEnd       uint32
 	RwndStart     uint32
 	RwndEnd       uint32
+	PathMinRttUs  uint32
+	Pad2          uint32
 }
 
 type lattraceLtExchangeFlag uint32
@@ -154,11 +156,16 @@ const (
 )
 
 type lattraceLtSock struct {
-	_              structs.HostLayout
-	Cur            lattraceLtExchange
-	Flow           lattraceLtFlow
-	Owner          lattraceLtOwner
-	Rtt            lattraceWinmin
+	_     structs.HostLayout
+	Cur   lattraceLtExchange
+	Flow  lattraceLtFlow
+	Owner lattraceLtOwner
+	Rtt   struct {
+		_        structs.HostLayout
+		CurStart uint64
+		Cur      uint32
+		Prev     uint32
+	}
 	SynNs          uint64
 	EstablishedNs  uint64
 	LastActivityNs uint64
@@ -193,11 +200,19 @@ type lattracePathKey struct {
 	Pad    uint16
 }
 
-type lattraceWinmin struct {
-	_        structs.HostLayout
-	CurStart uint64
-	Cur      uint32
-	Prev     uint32
+type lattracePathRtt struct {
+	_      structs.HostLayout
+	Epoch  [16]uint64
+	Min    [16]uint32
+	Recent struct {
+		_        structs.HostLayout
+		CurStart uint64
+		Cur      uint32
+		Prev     uint32
+	}
+	MinRttNsAt uint64
+	MinRttUs   uint32
+	Pad        uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -29,9 +30,11 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
 			s.server(workload.ServerConfig{})
+			w := s.captureBoth()
 			recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 1000, Think: c.think,
 				Count: 40, Interval: 50 * time.Millisecond})
 			s.settle(recs)
+			w.stop()
 			pairs := s.match(recs)
 			checkSums(t, pairs)
 			med := componentMedians(pairs, true)
@@ -40,17 +43,39 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			if !near(med["network"], rtt) {
 				t.Errorf("network %v, want %v +- %v", med["network"], rtt, tolerance(rtt))
 			}
-			// The truth for app.peer is what the server measured of itself:
-			// last request byte read to response write started (the think
-			// time as it really slept, plus its own processing).
-			for _, p := range pairs {
+			// Per exchange, the truth is read off the wire at both ends
+			// (tshark on captures of A's and B's interfaces): the lab's
+			// relay and B's wake-ups jitter on two shared vCPUs, so the
+			// truth of one exchange is not exactly the injected one.
+			truth := w.exchanges(netip.MustParseAddrPort(recs[0].Local))
+			if len(truth) != len(pairs) {
+				t.Fatalf("%d exchanges on the wire, %d traced", len(truth), len(pairs))
+			}
+			within := 0
+			for i, p := range pairs {
 				server := time.Duration(p.app.ServerNs)
 				if server < c.think {
 					t.Fatalf("exchange %d: server reports %v for a %v think time", p.app.ID, server, c.think)
 				}
-				if !p.ex.First && (!near(p.ex.Components.Network, rtt) || !near(p.ex.Components.Peer, server)) {
-					t.Errorf("exchange %d: network %v peer %v, want %v and %v", p.app.ID, p.ex.Components.Network, p.ex.Components.Peer, rtt, server)
+				x := truth[i]
+				if x.peer() < server {
+					t.Fatalf("exchange %d: B's turnaround on the wire %v is shorter than the server's own %v: captures misaligned", p.app.ID, x.peer(), server)
 				}
+				if p.ex.First {
+					continue
+				}
+				if near(p.ex.Components.Network, x.network()) && near(p.ex.Components.Peer, x.peer()) {
+					within++
+				} else {
+					t.Logf("outlier: exchange %d: network %v peer %v; wire: network %v peer %v (server's own %v); path %v ack %v",
+						p.app.ID, p.ex.Components.Network, p.ex.Components.Peer, x.network(), x.peer(), server, p.ex.PathRTT, p.ex.AckRTT)
+				}
+			}
+			// A clean RTT estimate can only come from samples the kernel
+			// takes; when the path slows for one exchange and recovers, the
+			// estimate for that exchange lags: 90 % must be within tolerance.
+			if n := len(pairs) - 1; within < n*9/10 {
+				t.Errorf("only %d of %d exchanges within max(5 %%, 300 us) of the wire's truth", within, n)
 			}
 		})
 	}
