@@ -81,7 +81,6 @@ struct lt_sock {
 	struct lt_exchange cur; /* the exchange being built */
 	struct lt_flow flow;
 	struct lt_owner owner;
-	struct winmin rtt; /* this flow's clean RTT samples */
 	__u64 syn_ns, established_ns, last_activity_ns;
 	__u64 sendmsg_calls, bytes_sent, send_skbs;
 	__u64 wait_last_ns; /* send-wait accounting: last classification time */
@@ -417,8 +416,9 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 		if (!ex->cwnd_end)
 			ex->cwnd_end = tp->snd_cwnd;
 	}
-	/* The path's RTT while this exchange was in flight, or failing any
-	 * such sample a recent one, or the flow's own. */
+	/* The path's clean RTT while this exchange was in flight, or failing
+	 * any such sample a recent one; else user space falls back to the
+	 * path's minimum (the handshake's sample is in it). */
 	pw = path_get(&st->flow);
 	rtt = 0;
 	if (pw) {
@@ -428,8 +428,6 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 		if (!rtt)
 			rtt = winmin_get(&pw->recent, now);
 	}
-	if (!rtt)
-		rtt = winmin_get(&st->rtt, now);
 	ex->path_rtt_us = rtt;
 	if (st->tstamp)
 		ex->flags |= LT_EX_TX_TSTAMP;
@@ -552,10 +550,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			st->tstamp = 1;
 		else
 			count(LT_CNT_TSTAMP_OFF);
-		/* The handshake's own RTT sample is clean: nothing delays a SYN-ACK
-		 * or its ACK on purpose. */
-		if (skops->srtt_us)
-			winmin_add(&st->rtt, skops->srtt_us >> 3, now);
 
 		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 		if (!rec) {
@@ -615,7 +609,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
 		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
 			return 1;
-		winmin_add(&st->rtt, rtt, now);
 		path_clean_add(p, rtt, now);
 		return 1;
 	}

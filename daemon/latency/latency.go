@@ -40,14 +40,14 @@ func Attribute(e *record.Exchange) {
 }
 
 // NetworkRTT is the round trip the path gave this exchange: the path's
-// clean RTT while the exchange was in flight (or a recent one; the flow's
+// clean RTT while the exchange was in flight (or a recent one; the path's
 // minimum when there is none), lowered to the exchange's own ACK sample
 // when a pure ACK came back before the reply (an ACK cannot arrive faster
 // than the path), and never below the path's minimum.
 func NetworkRTT(e *record.Exchange) time.Duration {
 	est := e.PathRTT
 	if est <= 0 {
-		est = e.MinRTT
+		est = propagation(e)
 	}
 	if e.AckRTT > 0 && e.AckRTT < est {
 		est = e.AckRTT

@@ -156,16 +156,10 @@ const (
 )
 
 type lattraceLtSock struct {
-	_     structs.HostLayout
-	Cur   lattraceLtExchange
-	Flow  lattraceLtFlow
-	Owner lattraceLtOwner
-	Rtt   struct {
-		_        structs.HostLayout
-		CurStart uint64
-		Cur      uint32
-		Prev     uint32
-	}
+	_              structs.HostLayout
+	Cur            lattraceLtExchange
+	Flow           lattraceLtFlow
+	Owner          lattraceLtOwner
 	SynNs          uint64
 	EstablishedNs  uint64
 	LastActivityNs uint64

@@ -83,9 +83,23 @@ func netnsInode(t *testing.T, name string) uint32 {
 
 func newScenario(t *testing.T, cfg netlab.Config, opts tracer.Options) *scenario {
 	t.Helper()
+	s := newLab(t, cfg)
+	s.startTracer(opts)
+	return s
+}
+
+// newLab builds the lab without tracing it yet.
+func newLab(t *testing.T, cfg netlab.Config) *scenario {
+	t.Helper()
 	lab := netlab.NewT(t, cfg)
 	s := &scenario{t: t, lab: lab, netnsA: netnsInode(t, lab.A.Netns), netnsB: netnsInode(t, lab.B.Netns)}
 	s.col = &collector{netns: map[uint32]bool{s.netnsA: true, s.netnsB: true}}
+	return s
+}
+
+func (s *scenario) startTracer(opts tracer.Options) {
+	t := s.t
+	t.Helper()
 	if opts.DrainInterval == 0 {
 		opts.DrainInterval = 20 * time.Millisecond
 	}
@@ -108,7 +122,6 @@ func newScenario(t *testing.T, cfg netlab.Config, opts tracer.Options) *scenario
 		}
 		tr.Close()
 	})
-	return s
 }
 
 // server starts the workload server in B, listening on both families.

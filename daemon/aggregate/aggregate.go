@@ -1,0 +1,656 @@
+package aggregate
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// Defaults for the zero Config fields.
+const (
+	DefaultMaxFlows         = 2048
+	DefaultMaxPeers         = 1024
+	DefaultCloseGrace       = 30 * time.Second
+	DefaultFlowIdle         = 10 * time.Minute
+	DefaultPeerIdle         = time.Hour
+	DefaultRelativeAccuracy = 0.01
+	DefaultSketchBins       = 1024
+)
+
+// Config bounds an Aggregator. Zero fields take the defaults above.
+type Config struct {
+	// MaxFlows and MaxPeers cap the tables; inserting into a full table
+	// evicts (see the package comment). Sizing, measured with lognormal
+	// latencies (sigma 1, a wide spread): a flow takes about 4 KB after
+	// one exchange, 12 KB after a hundred and 32 KB after thousands; a
+	// busy peer pair about 38 KB (a peer sketch is at most SketchBins x 8
+	// bytes). So the defaults hold about 100 MB when every entry is busy,
+	// far less on a typical host where most flows are short.
+	MaxFlows int
+	MaxPeers int
+	// CloseGrace is how long a closed flow stays visible after its
+	// ConnClose.
+	CloseGrace time.Duration
+	// FlowIdle and PeerIdle drop entries that received nothing for that
+	// long; negative disables it (the table bound still holds).
+	FlowIdle time.Duration
+	PeerIdle time.Duration
+	// RelativeAccuracy of the quantiles, in (0, 1).
+	RelativeAccuracy float64
+	// SketchBins caps the bins of one peer-pair sketch (8 bytes each).
+	// At 1 % accuracy, 1024 bins span about eight decades before the
+	// lowest ones are merged. Flow sketches are paged instead (see
+	// flowSketches).
+	SketchBins int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxFlows <= 0 {
+		c.MaxFlows = DefaultMaxFlows
+	}
+	if c.MaxPeers <= 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
+	if c.CloseGrace <= 0 {
+		c.CloseGrace = DefaultCloseGrace
+	}
+	if c.FlowIdle == 0 {
+		c.FlowIdle = DefaultFlowIdle
+	}
+	if c.PeerIdle == 0 {
+		c.PeerIdle = DefaultPeerIdle
+	}
+	if !(c.RelativeAccuracy > 0 && c.RelativeAccuracy < 1) {
+		c.RelativeAccuracy = DefaultRelativeAccuracy
+	}
+	if c.SketchBins <= 0 {
+		c.SketchBins = DefaultSketchBins
+	}
+	return c
+}
+
+// Counters are the Aggregator's own health: how full it is and what it had
+// to drop. A rising FlowsEvicted means MaxFlows is too small for the host.
+type Counters struct {
+	Flows      int    `json:"flows"`
+	Peers      int    `json:"peers"`
+	MaxFlows   int    `json:"max_flows"`
+	MaxPeers   int    `json:"max_peers"`
+	Exchanges  uint64 `json:"exchanges"`
+	ConnOpens  uint64 `json:"conn_opens"`
+	ConnCloses uint64 `json:"conn_closes"`
+
+	FlowsCreated uint64 `json:"flows_created"`
+	PeersCreated uint64 `json:"peers_created"`
+	// Evicted: dropped early because the table was full.
+	FlowsEvicted uint64 `json:"flows_evicted"`
+	PeersEvicted uint64 `json:"peers_evicted"`
+	// FlowsRetired: closed flows dropped after CloseGrace.
+	FlowsRetired uint64 `json:"flows_retired"`
+	// Expired: dropped after FlowIdle / PeerIdle without records.
+	FlowsExpired uint64 `json:"flows_expired"`
+	PeersExpired uint64 `json:"peers_expired"`
+}
+
+// FlowStats is a snapshot of one connection.
+type FlowStats struct {
+	FlowKey
+	Owner record.Owner `json:"owner"`
+	// ConnRole is who opened the connection, when known.
+	ConnRole record.Role `json:"conn_role"`
+	// Peer is the peer pair the flow is counted under (zero until the
+	// flow has an owner, i.e. before its first exchange or close).
+	Peer PeerKey `json:"peer"`
+	// Opened, ConnectLatency and HandshakeRTT come from the ConnOpen.
+	Opened         record.Mono   `json:"opened_mono_ns,omitempty"`
+	ConnectLatency time.Duration `json:"connect_latency_ns,omitempty"`
+	HandshakeRTT   time.Duration `json:"handshake_rtt_ns,omitempty"`
+	// Close is the ConnClose, once the connection ended; the flow stays
+	// until CloseGrace after it.
+	Close *record.ConnClose `json:"close,omitempty"`
+	Metrics
+}
+
+// PeerStats is a snapshot of one peer pair.
+type PeerStats struct {
+	PeerKey
+	// Connections is how many flows were counted under this pair.
+	Connections uint64 `json:"connections"`
+	// ConnectLatency is the distribution of the connections' SYN to
+	// ESTABLISHED time, for those whose open lattrace saw.
+	ConnectLatency Summary `json:"connect_latency"`
+	Metrics
+}
+
+type flowEntry struct {
+	// mu guards the fields snapshots read; the writer holds it only while
+	// changing them.
+	mu sync.Mutex
+	// gen changes whenever the entry leaves its table, so a snapshot that
+	// picked the pointer before can tell it now holds something else.
+	gen            uint64
+	key            FlowKey
+	owner          record.Owner
+	connRole       record.Role
+	peerKey        PeerKey
+	opened         record.Mono
+	connectLatency time.Duration
+	handshakeRTT   time.Duration
+	closed         bool
+	close          record.ConnClose
+	m              metrics
+
+	// Below: writer only.
+	ln         [2]links[flowEntry] // lruList, closedList
+	lastUpdate record.Mono
+	closedAt   record.Mono
+	side       record.Role // fixed at the first attribution
+	peer       *peerEntry
+	peerGen    uint64
+	prevTurns  uint32
+}
+
+func (e *flowEntry) link(i int) *links[flowEntry] { return &e.ln[i] }
+
+type peerEntry struct {
+	mu          sync.Mutex
+	gen         uint64
+	key         PeerKey
+	connections uint64
+	connect     sketch
+	m           metrics
+
+	ln         [1]links[peerEntry]
+	lastUpdate record.Mono
+}
+
+func (e *peerEntry) link(i int) *links[peerEntry] { return &e.ln[i] }
+
+const (
+	lruList    = 0
+	closedList = 1
+)
+
+// Aggregator holds the live tables. See the package comment for the
+// concurrency contract.
+type Aggregator struct {
+	cfg    Config
+	flowSC sketchCfg
+	peerSC sketchCfg
+
+	// wmu serializes writers, so they may read the maps without mu.
+	wmu sync.Mutex
+	// mu guards the maps' structure against snapshots.
+	mu    sync.RWMutex
+	flows map[FlowKey]*flowEntry
+	peers map[PeerKey]*peerEntry
+
+	// Under wmu.
+	flowLRU    list[flowEntry, *flowEntry]
+	flowClosed list[flowEntry, *flowEntry]
+	peerLRU    list[peerEntry, *peerEntry]
+	// Removed entries, kept with their sketch memory for the next insert.
+	freeFlows []*flowEntry
+	freePeers []*peerEntry
+
+	exchanges, connOpens, connCloses atomic.Uint64
+	flowsCreated, peersCreated       atomic.Uint64
+	flowsEvicted, peersEvicted       atomic.Uint64
+	flowsRetired                     atomic.Uint64
+	flowsExpired, peersExpired       atomic.Uint64
+}
+
+// New returns an empty Aggregator bounded by cfg.
+func New(cfg Config) *Aggregator {
+	cfg = cfg.withDefaults()
+	m := newMapping(cfg.RelativeAccuracy)
+	return &Aggregator{
+		cfg:        cfg,
+		flowSC:     flowSketches(m),
+		peerSC:     peerSketches(m, cfg.SketchBins),
+		flows:      make(map[FlowKey]*flowEntry),
+		peers:      make(map[PeerKey]*peerEntry),
+		flowLRU:    list[flowEntry, *flowEntry]{i: lruList},
+		flowClosed: list[flowEntry, *flowEntry]{i: closedList},
+		peerLRU:    list[peerEntry, *peerEntry]{i: 0},
+	}
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (a *Aggregator) Config() Config { return a.cfg }
+
+// AddExchange folds one exchange into its flow and its peer pair.
+func (a *Aggregator) AddExchange(ex *record.Exchange) {
+	if ex == nil {
+		return
+	}
+	t := ex.Time
+	a.wmu.Lock()
+	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
+	// The record carries the connection's running count of turns; the
+	// exchange's own is the step since the previous one.
+	turns := ex.Turns
+	if ex.Turns >= f.prevTurns {
+		turns = ex.Turns - f.prevTurns
+	}
+	f.prevTurns = ex.Turns
+	p := a.attribute(f, &ex.Owner, ex.ConnRole, ex.Role, t)
+
+	f.mu.Lock()
+	if f.connRole == "" || f.connRole == record.RoleUnknown {
+		f.connRole = ex.ConnRole
+	}
+	f.owner = ex.Owner
+	f.m.add(&a.flowSC, ex, turns)
+	f.mu.Unlock()
+
+	p.mu.Lock()
+	p.m.add(&a.peerSC, ex, turns)
+	p.mu.Unlock()
+	a.wmu.Unlock()
+	a.exchanges.Add(1)
+}
+
+// AddConnOpen records a connection's establishment: its role and connect
+// latency, which the peer pair gets once the flow has an owner.
+func (a *Aggregator) AddConnOpen(o record.ConnOpen) {
+	a.wmu.Lock()
+	f := a.flowFor(FlowKey{Flow: o.Flow, Cookie: o.Cookie}, o.Time)
+	f.mu.Lock()
+	if o.Role == record.RoleClient || o.Role == record.RoleServer {
+		f.connRole = o.Role
+	}
+	f.opened = o.Time
+	f.connectLatency = o.ConnectLatency
+	f.handshakeRTT = o.HandshakeRTT
+	f.m.seen(o.Time, o.Time)
+	f.mu.Unlock()
+	// Records from different CPUs can arrive out of order: if the flow was
+	// already counted under a peer pair, give it the latency now.
+	if p := a.livePeer(f); p != nil && o.ConnectLatency > 0 {
+		p.mu.Lock()
+		p.connect.add(&a.peerSC, o.ConnectLatency)
+		p.mu.Unlock()
+	}
+	a.wmu.Unlock()
+	a.connOpens.Add(1)
+}
+
+// AddConnClose marks a flow closed; Expire retires it after CloseGrace. A
+// close of a flow never seen creates it, so short connections that ended
+// without a complete exchange are still counted under their peer pair.
+func (a *Aggregator) AddConnClose(c record.ConnClose) {
+	a.wmu.Lock()
+	f := a.flowFor(FlowKey{Flow: c.Flow, Cookie: c.Cookie}, c.Time)
+	hasOwner := c.Owner.Comm != "" || c.Owner.CgroupID != 0
+	var p *peerEntry
+	if hasOwner {
+		p = a.attribute(f, &c.Owner, c.Role, "", c.Time)
+	}
+	f.mu.Lock()
+	if f.connRole == "" || f.connRole == record.RoleUnknown {
+		f.connRole = c.Role
+	}
+	if hasOwner {
+		f.owner = c.Owner
+	}
+	f.closed = true
+	f.close = c
+	f.m.seen(0, c.Time)
+	f.mu.Unlock()
+	if p != nil {
+		p.mu.Lock()
+		p.m.seen(0, c.Time)
+		p.mu.Unlock()
+	}
+	if !a.flowClosed.contains(f) {
+		f.closedAt = c.Time
+		a.flowClosed.pushFront(f)
+	}
+	a.wmu.Unlock()
+	a.connCloses.Add(1)
+}
+
+// Expire retires closed flows past CloseGrace and drops entries idle past
+// FlowIdle / PeerIdle, as of now (CLOCK_MONOTONIC, the records' clock).
+// Call it periodically, e.g. every second. It returns how many entries it
+// removed.
+//
+// The lists are ordered by arrival, and records are nearly but not exactly
+// time-ordered across CPUs; Expire stops at the first entry that is not
+// due, so an entry can outlive its deadline by the skew, never die early.
+func (a *Aggregator) Expire(now record.Mono) int {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	n := 0
+	for f := a.flowClosed.tail; f != nil && due(f.closedAt, now, a.cfg.CloseGrace); f = a.flowClosed.tail {
+		a.removeFlow(f)
+		a.flowsRetired.Add(1)
+		n++
+	}
+	if a.cfg.FlowIdle > 0 {
+		for f := a.flowLRU.tail; f != nil && due(f.lastUpdate, now, a.cfg.FlowIdle); f = a.flowLRU.tail {
+			a.removeFlow(f)
+			a.flowsExpired.Add(1)
+			n++
+		}
+	}
+	if a.cfg.PeerIdle > 0 {
+		for p := a.peerLRU.tail; p != nil && due(p.lastUpdate, now, a.cfg.PeerIdle); p = a.peerLRU.tail {
+			a.removePeer(p)
+			a.peersExpired.Add(1)
+			n++
+		}
+	}
+	return n
+}
+
+func due(t, now record.Mono, after time.Duration) bool {
+	return now >= t && now.Sub(t) >= after
+}
+
+// flowFor returns the flow for k, creating it, and marks it updated at t.
+// Caller holds wmu.
+func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
+	f := a.flows[k]
+	if f == nil {
+		if len(a.flows) >= a.cfg.MaxFlows {
+			// A closed flow is only waiting out its grace period: it is
+			// the cheapest loss.
+			victim := a.flowClosed.tail
+			if victim == nil {
+				victim = a.flowLRU.tail
+			}
+			a.removeFlow(victim)
+			a.flowsEvicted.Add(1)
+		}
+		if n := len(a.freeFlows); n > 0 {
+			f = a.freeFlows[n-1]
+			a.freeFlows[n-1] = nil
+			a.freeFlows = a.freeFlows[:n-1]
+		} else {
+			f = &flowEntry{}
+		}
+		// A snapshot that listed this entry in its previous life may
+		// still lock it to compare gen, so its fields change under mu.
+		f.mu.Lock()
+		f.key = k
+		f.mu.Unlock()
+		f.peer, f.peerGen, f.side, f.prevTurns = nil, 0, "", 0
+		a.mu.Lock()
+		a.flows[k] = f
+		a.mu.Unlock()
+		a.flowLRU.pushFront(f)
+		a.flowsCreated.Add(1)
+	} else {
+		a.flowLRU.moveToFront(f)
+	}
+	if t > f.lastUpdate {
+		f.lastUpdate = t
+	}
+	return f
+}
+
+func (a *Aggregator) removeFlow(f *flowEntry) {
+	a.mu.Lock()
+	delete(a.flows, f.key)
+	a.mu.Unlock()
+	a.flowLRU.remove(f)
+	a.flowClosed.remove(f)
+	f.mu.Lock()
+	f.gen++
+	f.owner, f.connRole, f.peerKey = record.Owner{}, "", PeerKey{}
+	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
+	f.closed, f.close = false, record.ConnClose{}
+	f.m.reset()
+	f.mu.Unlock()
+	f.peer, f.lastUpdate, f.closedAt = nil, 0, 0
+	if len(a.freeFlows) < freeCap(a.cfg.MaxFlows) {
+		a.freeFlows = append(a.freeFlows, f)
+	}
+}
+
+// freeCap bounds the recycled entries: enough to absorb connection churn
+// without allocating, not so many that a table that shrank keeps all its
+// memory.
+func freeCap(limit int) int { return limit/4 + 16 }
+
+// livePeer is the flow's peer entry if it still holds the same pair.
+func (a *Aggregator) livePeer(f *flowEntry) *peerEntry {
+	if p := f.peer; p != nil && p.gen == f.peerGen {
+		return p
+	}
+	return nil
+}
+
+// attribute returns the peer entry flow f counts under for owner o,
+// creating it, and marks it updated at t. Caller holds wmu.
+func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, ex record.ExchangeRole, t record.Mono) *peerEntry {
+	if f.side == "" {
+		if conn != record.RoleClient && conn != record.RoleServer {
+			conn = f.connRole
+		}
+		f.side = sideOf(conn, ex, f.key.Flow)
+	}
+	k := peerKeyOf(f.key.Flow, f.side, o)
+	p := a.livePeer(f)
+	if p == nil || p.key != k {
+		// First attribution, the owner changed (exec, fd passing), or
+		// the pair was evicted meanwhile: a new connection of this pair.
+		p = a.peerFor(k, t)
+		f.peer, f.peerGen = p, p.gen
+		f.mu.Lock()
+		f.peerKey = k
+		lat := f.connectLatency
+		f.mu.Unlock()
+		p.mu.Lock()
+		p.connections++
+		if lat > 0 {
+			p.connect.add(&a.peerSC, lat)
+		}
+		p.mu.Unlock()
+		return p
+	}
+	a.peerLRU.moveToFront(p)
+	if t > p.lastUpdate {
+		p.lastUpdate = t
+	}
+	return p
+}
+
+func (a *Aggregator) peerFor(k PeerKey, t record.Mono) *peerEntry {
+	p := a.peers[k]
+	if p == nil {
+		if len(a.peers) >= a.cfg.MaxPeers {
+			a.removePeer(a.peerLRU.tail)
+			a.peersEvicted.Add(1)
+		}
+		if n := len(a.freePeers); n > 0 {
+			p = a.freePeers[n-1]
+			a.freePeers[n-1] = nil
+			a.freePeers = a.freePeers[:n-1]
+		} else {
+			p = &peerEntry{}
+		}
+		p.mu.Lock()
+		p.key = k
+		p.mu.Unlock()
+		a.mu.Lock()
+		a.peers[k] = p
+		a.mu.Unlock()
+		a.peerLRU.pushFront(p)
+		a.peersCreated.Add(1)
+	} else {
+		a.peerLRU.moveToFront(p)
+	}
+	if t > p.lastUpdate {
+		p.lastUpdate = t
+	}
+	return p
+}
+
+func (a *Aggregator) removePeer(p *peerEntry) {
+	a.mu.Lock()
+	delete(a.peers, p.key)
+	a.mu.Unlock()
+	a.peerLRU.remove(p)
+	p.mu.Lock()
+	p.gen++
+	p.key = PeerKey{}
+	p.connections = 0
+	p.connect.reset()
+	p.m.reset()
+	p.mu.Unlock()
+	p.lastUpdate = 0
+	if len(a.freePeers) < freeCap(a.cfg.MaxPeers) {
+		a.freePeers = append(a.freePeers, p)
+	}
+}
+
+func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
+	s := FlowStats{
+		FlowKey:        f.key,
+		Owner:          f.owner,
+		ConnRole:       f.connRole,
+		Peer:           f.peerKey,
+		Opened:         f.opened,
+		ConnectLatency: f.connectLatency,
+		HandshakeRTT:   f.handshakeRTT,
+		Metrics:        f.m.snapshot(c),
+	}
+	if s.ConnRole == "" {
+		s.ConnRole = record.RoleUnknown
+	}
+	if f.closed {
+		cl := f.close
+		s.Close = &cl
+	}
+	return s
+}
+
+func (p *peerEntry) snapshotLocked(c *sketchCfg) PeerStats {
+	s := PeerStats{
+		PeerKey:        p.key,
+		Connections:    p.connections,
+		ConnectLatency: p.connect.summary(c),
+		Metrics:        p.m.snapshot(c),
+	}
+	// The running turn count belongs to one connection, not to a pair.
+	s.Turns.Last = 0
+	return s
+}
+
+type ref[E any] struct {
+	e   *E
+	gen uint64
+}
+
+// Flows returns a snapshot of every flow, sorted by namespace, local
+// address, remote address and cookie.
+func (a *Aggregator) Flows() []FlowStats {
+	a.mu.RLock()
+	refs := make([]ref[flowEntry], 0, len(a.flows))
+	for _, f := range a.flows {
+		refs = append(refs, ref[flowEntry]{f, f.gen})
+	}
+	a.mu.RUnlock()
+	out := make([]FlowStats, 0, len(refs))
+	for _, r := range refs {
+		r.e.mu.Lock()
+		// A changed gen: removed (and perhaps reused) since the map was
+		// read; what it holds now is not what was listed.
+		if r.e.gen == r.gen {
+			out = append(out, r.e.snapshotLocked(&a.flowSC))
+		}
+		r.e.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y FlowStats) int { return compareFlowKeys(x.FlowKey, y.FlowKey) })
+	return out
+}
+
+// Peers returns a snapshot of every peer pair, sorted by namespace, comm,
+// cgroup, side, local port, remote address and remote port.
+func (a *Aggregator) Peers() []PeerStats {
+	a.mu.RLock()
+	refs := make([]ref[peerEntry], 0, len(a.peers))
+	for _, p := range a.peers {
+		refs = append(refs, ref[peerEntry]{p, p.gen})
+	}
+	a.mu.RUnlock()
+	out := make([]PeerStats, 0, len(refs))
+	for _, r := range refs {
+		r.e.mu.Lock()
+		if r.e.gen == r.gen {
+			out = append(out, r.e.snapshotLocked(&a.peerSC))
+		}
+		r.e.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y PeerStats) int { return comparePeerKeys(x.PeerKey, y.PeerKey) })
+	return out
+}
+
+// Flow returns the snapshot of one flow.
+func (a *Aggregator) Flow(k FlowKey) (FlowStats, bool) {
+	a.mu.RLock()
+	f := a.flows[k]
+	var gen uint64
+	if f != nil {
+		gen = f.gen
+	}
+	a.mu.RUnlock()
+	if f == nil {
+		return FlowStats{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gen != gen {
+		return FlowStats{}, false
+	}
+	return f.snapshotLocked(&a.flowSC), true
+}
+
+// Peer returns the snapshot of one peer pair.
+func (a *Aggregator) Peer(k PeerKey) (PeerStats, bool) {
+	a.mu.RLock()
+	p := a.peers[k]
+	var gen uint64
+	if p != nil {
+		gen = p.gen
+	}
+	a.mu.RUnlock()
+	if p == nil {
+		return PeerStats{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gen != gen {
+		return PeerStats{}, false
+	}
+	return p.snapshotLocked(&a.peerSC), true
+}
+
+// Stats returns the Aggregator's counters.
+func (a *Aggregator) Stats() Counters {
+	a.mu.RLock()
+	nf, np := len(a.flows), len(a.peers)
+	a.mu.RUnlock()
+	return Counters{
+		Flows:        nf,
+		Peers:        np,
+		MaxFlows:     a.cfg.MaxFlows,
+		MaxPeers:     a.cfg.MaxPeers,
+		Exchanges:    a.exchanges.Load(),
+		ConnOpens:    a.connOpens.Load(),
+		ConnCloses:   a.connCloses.Load(),
+		FlowsCreated: a.flowsCreated.Load(),
+		PeersCreated: a.peersCreated.Load(),
+		FlowsEvicted: a.flowsEvicted.Load(),
+		PeersEvicted: a.peersEvicted.Load(),
+		FlowsRetired: a.flowsRetired.Load(),
+		FlowsExpired: a.flowsExpired.Load(),
+		PeersExpired: a.peersExpired.Load(),
+	}
+}

@@ -1,0 +1,415 @@
+package aggregate
+
+import (
+	"math"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// Sketch slots of a metrics: the duration, the components in the order of
+// record.Components, and the path RTT.
+const (
+	skDuration = iota
+	skNetwork
+	skQueueing
+	skSendWait
+	skLossRecovery
+	skHandshake
+	skReceive
+	skPeer
+	skLocalRead
+	skThink
+	skPathRTT
+	numSketches
+)
+
+// Sums of every field of record.Components, sub-splits included, so the
+// means of the splits (propagation, send_wait by cause) are available
+// without a sketch each.
+const (
+	csNetwork = iota
+	csPropagation
+	csQueueing
+	csSendWait
+	csSendWaitCwnd
+	csSendWaitRwnd
+	csSendWaitSndbuf
+	csSendWaitOther
+	csLossRecovery
+	csHandshake
+	csReceive
+	csPeer
+	csLocalRead
+	csThink
+	numComponentSums
+)
+
+// pendCap is how many exchanges a metrics holds before folding them into
+// its sketches. Each sketch's store is its own heap object; updating the
+// ~11 of a flow and the ~11 of its peer pair on every exchange is a string
+// of cache misses once there are more than a few hundred keys. Folding
+// eight at a time walks each store while it is hot, and an exchange only
+// writes one row here. Snapshots fold what is pending first, so they never
+// lag.
+const pendCap = 8
+
+// metrics is what is accumulated per key, flows and peers alike. It is
+// split so reset can clear the scalars in one assignment while keeping the
+// sketches' memory.
+type metrics struct {
+	sk    [numSketches]sketch
+	pend  [pendCap][numSketches]time.Duration
+	npend int
+	sc    scalars
+}
+
+type scalars struct {
+	exchanges, requester, responder, partial uint64
+	firstSeen, lastSeen                      record.Mono
+	// active is the sum of the durations of the complete exchanges in
+	// ns, the denominator of goodput; activeBytes* the numerators.
+	active                        float64
+	activeBytesOut, activeBytesIn uint64
+	compSum                       [numComponentSums]float64
+
+	minRTT, srtt time.Duration
+
+	retransmits, rtos                  uint64
+	bytesOut, bytesIn, segsOut, segsIn uint64
+
+	turnsLast uint32
+	turnsMax  uint32
+	turnsSum  uint64
+
+	cwndLast, cwndMin, cwndMax uint32
+	cwndRestarts               uint64
+	slowStartAfterIdle         bool
+}
+
+func (m *metrics) reset() {
+	for i := range m.sk {
+		m.sk[i].reset()
+	}
+	m.npend = 0
+	m.sc = scalars{}
+}
+
+// fold moves the pending values into the sketches, sketch by sketch.
+func (m *metrics) fold(c *sketchCfg) {
+	for k := range m.sk {
+		s := &m.sk[k]
+		for i := range m.npend {
+			v := m.pend[i][k]
+			// A path RTT of zero is "no sample", not a zero RTT.
+			if k == skPathRTT && v <= 0 {
+				continue
+			}
+			s.add(c, v)
+		}
+	}
+	m.npend = 0
+}
+
+// seen widens the [firstSeen, lastSeen] window.
+func (m *metrics) seen(first, last record.Mono) {
+	if first == 0 {
+		first = last
+	}
+	if first != 0 && (m.sc.firstSeen == 0 || first < m.sc.firstSeen) {
+		m.sc.firstSeen = first
+	}
+	if last > m.sc.lastSeen {
+		m.sc.lastSeen = last
+	}
+}
+
+// add folds one exchange in. turns is the exchange's own number of turns
+// (the record carries the connection's running count; the flow turns it
+// into a delta).
+func (m *metrics) add(c *sketchCfg, ex *record.Exchange, turns uint32) {
+	sc := &m.sc
+	sc.exchanges++
+	switch ex.Role {
+	case record.Requester:
+		sc.requester++
+	case record.Responder:
+		sc.responder++
+	}
+	m.seen(ex.Start, ex.Time)
+	if ex.Partial {
+		// Its beginning predates lattrace, so its duration and components
+		// are truncated: it would drag the distributions and the goodput
+		// down. It still counts for traffic, RTT and window state below.
+		sc.partial++
+	} else {
+		m.addTiming(c, ex)
+	}
+
+	// Zero RTTs mean "not measured" (no sample yet), not "instant".
+	if ex.MinRTT > 0 && (sc.minRTT == 0 || ex.MinRTT < sc.minRTT) {
+		sc.minRTT = ex.MinRTT
+	}
+	if ex.SRTT > 0 {
+		sc.srtt = ex.SRTT
+	}
+
+	sc.retransmits += uint64(ex.Retransmits)
+	sc.rtos += uint64(ex.RTOs)
+	sc.bytesOut += ex.BytesOut
+	sc.bytesIn += ex.BytesIn
+	sc.segsOut += uint64(ex.SegsOut)
+	sc.segsIn += uint64(ex.SegsIn)
+
+	sc.turnsLast = ex.Turns
+	sc.turnsSum += uint64(turns)
+	if turns > sc.turnsMax {
+		sc.turnsMax = turns
+	}
+
+	// A zero cwnd is "not read", never a real window.
+	for _, w := range [2]uint32{ex.CwndStart, ex.CwndEnd} {
+		if w == 0 {
+			continue
+		}
+		if sc.cwndMin == 0 || w < sc.cwndMin {
+			sc.cwndMin = w
+		}
+		if w > sc.cwndMax {
+			sc.cwndMax = w
+		}
+	}
+	if ex.CwndEnd != 0 {
+		sc.cwndLast = ex.CwndEnd
+	} else if ex.CwndStart != 0 {
+		sc.cwndLast = ex.CwndStart
+	}
+	if ex.CwndRestart {
+		sc.cwndRestarts++
+	}
+	sc.slowStartAfterIdle = ex.SlowStartAfterIdle
+}
+
+// addTiming records what an exchange says about time: its distributions,
+// component sums and active time.
+func (m *metrics) addTiming(c *sketchCfg, ex *record.Exchange) {
+	sc := &m.sc
+	cp := &ex.Components
+	m.pend[m.npend] = [numSketches]time.Duration{
+		skDuration:     ex.Duration,
+		skNetwork:      cp.Network,
+		skQueueing:     cp.Queueing,
+		skSendWait:     cp.SendWait,
+		skLossRecovery: cp.LossRecovery,
+		skHandshake:    cp.Handshake,
+		skReceive:      cp.Receive,
+		skPeer:         cp.Peer,
+		skLocalRead:    cp.LocalRead,
+		skThink:        cp.Think,
+		skPathRTT:      ex.PathRTT,
+	}
+	if m.npend++; m.npend == pendCap {
+		m.fold(c)
+	}
+
+	s := &sc.compSum
+	s[csNetwork] += float64(cp.Network)
+	s[csPropagation] += float64(cp.Propagation)
+	s[csQueueing] += float64(cp.Queueing)
+	s[csSendWait] += float64(cp.SendWait)
+	s[csSendWaitCwnd] += float64(cp.SendWaitCwnd)
+	s[csSendWaitRwnd] += float64(cp.SendWaitRwnd)
+	s[csSendWaitSndbuf] += float64(cp.SendWaitSndbuf)
+	s[csSendWaitOther] += float64(cp.SendWaitOther)
+	s[csLossRecovery] += float64(cp.LossRecovery)
+	s[csHandshake] += float64(cp.Handshake)
+	s[csReceive] += float64(cp.Receive)
+	s[csPeer] += float64(cp.Peer)
+	s[csLocalRead] += float64(cp.LocalRead)
+	s[csThink] += float64(cp.Think)
+	if ex.Duration > 0 {
+		sc.active += float64(ex.Duration)
+	}
+	sc.activeBytesOut += ex.BytesOut
+	sc.activeBytesIn += ex.BytesIn
+}
+
+// Metrics is the part of a snapshot common to flows and peer pairs.
+type Metrics struct {
+	Exchanges uint64 `json:"exchanges"`
+	// Requester and Responder count exchanges by the local end's role.
+	Requester uint64 `json:"requester"`
+	Responder uint64 `json:"responder"`
+	// Partial counts exchanges whose beginning predates lattrace: they
+	// count for traffic, RTT, turns and cwnd but not in the latency
+	// distributions, component means, Active or Goodput, whose timing
+	// they would truncate.
+	Partial   uint64      `json:"partial"`
+	FirstSeen record.Mono `json:"first_seen_mono_ns"`
+	LastSeen  record.Mono `json:"last_seen_mono_ns"`
+	// Active is the summed duration of the (non-partial) exchanges: the
+	// time the application was waiting on this key, idle gaps excluded.
+	// For a peer pair, exchanges of concurrent connections each count.
+	Active time.Duration `json:"active_ns"`
+
+	Duration   Summary            `json:"duration"`
+	Components ComponentSummaries `json:"components"`
+	// ComponentMeans is the mean of every component per exchange,
+	// including the splits that have no distribution of their own
+	// (propagation, send_wait by cause). The top-level means add up to
+	// Duration.Mean, as components add up to each exchange's duration.
+	ComponentMeans record.Components `json:"component_means"`
+
+	RTT         RTT    `json:"rtt"`
+	Retransmits uint64 `json:"retransmits"`
+	RTOs        uint64 `json:"rtos"`
+	// Out is what the local end sent, In what it received.
+	Out   Direction `json:"out"`
+	In    Direction `json:"in"`
+	Turns Turns     `json:"turns"`
+	Cwnd  Cwnd      `json:"cwnd"`
+	// SlowStartAfterIdle is the namespace's tcp_slow_start_after_idle as
+	// of the last exchange.
+	SlowStartAfterIdle bool `json:"slow_start_after_idle"`
+}
+
+// ComponentSummaries has one distribution per latency component of
+// docs/latency-model.md.
+type ComponentSummaries struct {
+	Network      Summary `json:"network"`
+	Queueing     Summary `json:"queueing"`
+	SendWait     Summary `json:"send_wait"`
+	LossRecovery Summary `json:"loss_recovery"`
+	Handshake    Summary `json:"handshake"`
+	Receive      Summary `json:"receive"`
+	Peer         Summary `json:"peer"`
+	LocalRead    Summary `json:"local_read"`
+	Think        Summary `json:"think"`
+}
+
+// RTT is the round-trip view of the path.
+type RTT struct {
+	// Min is the smallest windowed minimum RTT the kernel reported: the
+	// best estimate of propagation delay.
+	Min time.Duration `json:"min_ns"`
+	// SRTTLast is the kernel's smoothed RTT at the last exchange.
+	SRTTLast time.Duration `json:"srtt_last_ns"`
+	// Path is the distribution of the clean path RTT per exchange.
+	Path Summary `json:"path"`
+}
+
+// Direction is the traffic one way.
+type Direction struct {
+	Bytes    uint64 `json:"bytes"`
+	Segments uint64 `json:"segments"`
+	// Goodput is the bytes of the non-partial exchanges over Active, in
+	// bytes per second: the rate the application got while it was
+	// waiting on an exchange. Idle time between exchanges is excluded so
+	// that a keep-alive connection that sits idle is not reported slow;
+	// peer and local think time are included because the application
+	// waited through them for those bytes. It is the rate experienced,
+	// not the capacity of the path.
+	Goodput float64 `json:"goodput_bytes_per_s"`
+}
+
+// Turns is how many changes of direction an exchange took. The tracer
+// reports the connection's running count; per exchange it is the
+// difference from the connection's previous exchange.
+type Turns struct {
+	// Last is the connection's running count at its last exchange (flows
+	// only).
+	Last            uint32  `json:"last,omitempty"`
+	PerExchangeMean float64 `json:"per_exchange_mean"`
+	PerExchangeMax  uint32  `json:"per_exchange_max"`
+}
+
+// Cwnd is the congestion window, in segments.
+type Cwnd struct {
+	Last uint32 `json:"last"`
+	Min  uint32 `json:"min"`
+	Max  uint32 `json:"max"`
+	// Restarts counts exchanges whose window was cut by slow start after
+	// idle before they sent.
+	Restarts uint64 `json:"restarts"`
+}
+
+func meanDur(sum float64, n uint64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(math.Round(sum / float64(n)))
+}
+
+func goodput(bytes uint64, active float64) float64 {
+	if active <= 0 {
+		return 0
+	}
+	return float64(bytes) / (active / float64(time.Second))
+}
+
+// snapshot summarizes m; it folds pending values, so it needs the same
+// lock as add.
+func (m *metrics) snapshot(c *sketchCfg) Metrics {
+	m.fold(c)
+	sc := &m.sc
+	n := sc.exchanges - sc.partial // the exchanges with timing
+	cs := &sc.compSum
+	out := Metrics{
+		Exchanges: sc.exchanges,
+		Requester: sc.requester,
+		Responder: sc.responder,
+		Partial:   sc.partial,
+		FirstSeen: sc.firstSeen,
+		LastSeen:  sc.lastSeen,
+		Active:    time.Duration(math.Round(sc.active)),
+		Duration:  m.sk[skDuration].summary(c),
+		Components: ComponentSummaries{
+			Network:      m.sk[skNetwork].summary(c),
+			Queueing:     m.sk[skQueueing].summary(c),
+			SendWait:     m.sk[skSendWait].summary(c),
+			LossRecovery: m.sk[skLossRecovery].summary(c),
+			Handshake:    m.sk[skHandshake].summary(c),
+			Receive:      m.sk[skReceive].summary(c),
+			Peer:         m.sk[skPeer].summary(c),
+			LocalRead:    m.sk[skLocalRead].summary(c),
+			Think:        m.sk[skThink].summary(c),
+		},
+		ComponentMeans: record.Components{
+			Network:        meanDur(cs[csNetwork], n),
+			Propagation:    meanDur(cs[csPropagation], n),
+			Queueing:       meanDur(cs[csQueueing], n),
+			SendWait:       meanDur(cs[csSendWait], n),
+			SendWaitCwnd:   meanDur(cs[csSendWaitCwnd], n),
+			SendWaitRwnd:   meanDur(cs[csSendWaitRwnd], n),
+			SendWaitSndbuf: meanDur(cs[csSendWaitSndbuf], n),
+			SendWaitOther:  meanDur(cs[csSendWaitOther], n),
+			LossRecovery:   meanDur(cs[csLossRecovery], n),
+			Handshake:      meanDur(cs[csHandshake], n),
+			Receive:        meanDur(cs[csReceive], n),
+			Peer:           meanDur(cs[csPeer], n),
+			LocalRead:      meanDur(cs[csLocalRead], n),
+			Think:          meanDur(cs[csThink], n),
+		},
+		RTT: RTT{
+			Min:      sc.minRTT,
+			SRTTLast: sc.srtt,
+			Path:     m.sk[skPathRTT].summary(c),
+		},
+		Retransmits: sc.retransmits,
+		RTOs:        sc.rtos,
+		Out:         Direction{Bytes: sc.bytesOut, Segments: sc.segsOut, Goodput: goodput(sc.activeBytesOut, sc.active)},
+		In:          Direction{Bytes: sc.bytesIn, Segments: sc.segsIn, Goodput: goodput(sc.activeBytesIn, sc.active)},
+		Turns:       Turns{Last: sc.turnsLast, PerExchangeMax: sc.turnsMax},
+		Cwnd: Cwnd{
+			Last:     sc.cwndLast,
+			Min:      sc.cwndMin,
+			Max:      sc.cwndMax,
+			Restarts: sc.cwndRestarts,
+		},
+		SlowStartAfterIdle: sc.slowStartAfterIdle,
+	}
+	if sc.exchanges > 0 {
+		out.Turns.PerExchangeMean = float64(sc.turnsSum) / float64(sc.exchanges)
+	}
+	return out
+}

@@ -1,0 +1,268 @@
+package scenarios
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/workload"
+)
+
+// Scenario 8: both address families, and the responder's side: B's own
+// records put the server's think time in app.think, next to what the
+// server measured of itself.
+func TestFamiliesAndResponder(t *testing.T) {
+	for _, family := range []string{"ipv4", "ipv6"} {
+		t.Run(family, func(t *testing.T) {
+			const think = 10 * time.Millisecond
+			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+			s.server(workload.ServerConfig{})
+			dst := s.lab.B.IPv4
+			if family == "ipv6" {
+				dst = s.lab.B.IPv6
+			}
+			recs := s.client(workload.ClientConfig{Addr: netip.AddrPortFrom(dst, port).String(),
+				ReqSize: 500, RespSize: 4000, Think: think, Count: 30, Interval: 40 * time.Millisecond})
+			s.settle(recs)
+			pairs := s.match(recs)
+			checkSums(t, pairs)
+			med := componentMedians(pairs, true)
+			t.Logf("requester medians: %v", med)
+			var peerErr []time.Duration
+			for _, p := range pairs[1:] {
+				peerErr = append(peerErr, p.ex.Components.Peer-time.Duration(p.app.ServerNs))
+			}
+			if !near(med["network"], 20*time.Millisecond) || median(peerErr).Abs() > 300*time.Microsecond {
+				t.Errorf("requester: network %v, app.peer off the server's own time by %v", med["network"], median(peerErr))
+			}
+			for _, p := range pairs {
+				if p.ex.Flow.IPv6() != (family == "ipv6") {
+					t.Fatalf("exchange %d traced as %v", p.app.ID, p.ex.Flow)
+				}
+			}
+			// B's records: each responder exchange's think time is the
+			// server's own last-request-byte-read to response-write-start.
+			server := map[int]time.Duration{}
+			for _, p := range pairs {
+				server[len(server)] = time.Duration(p.app.ServerNs)
+			}
+			resp := s.responders()
+			if len(resp) != len(recs) {
+				t.Fatalf("%d responder exchanges in B for %d requests", len(resp), len(recs))
+			}
+			var errs []time.Duration
+			for i, e := range resp {
+				if e.Flow.IPv6() != (family == "ipv6") || e.Role != record.Responder || e.ConnRole != record.RoleServer {
+					t.Errorf("responder exchange %d: %v role %s conn %s", i, e.Flow, e.Role, e.ConnRole)
+				}
+				if e.Components.Sum() != e.Duration || e.BytesIn != 500 || e.BytesOut != 4000 {
+					t.Errorf("responder exchange %d: sum %v duration %v bytes in %d out %d", i, e.Components.Sum(), e.Duration, e.BytesIn, e.BytesOut)
+				}
+				errs = append(errs, e.Components.Think-server[i])
+			}
+			if m := median(errs); m.Abs() > 300*time.Microsecond {
+				t.Errorf("responder think time off the server's own measure by %v (median)", m)
+			}
+		})
+	}
+}
+
+// Scenario 9a: pipelining. Four requests in flight on one connection: an
+// exchange is cut at each change of direction, so requests written back to
+// back share one; turns are still counted and nothing goes negative.
+func TestPipelined(t *testing.T) {
+	s := newScenario(t, symmetric(5*time.Millisecond), tracer.Options{})
+	s.server(workload.ServerConfig{})
+	recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Think: 3 * time.Millisecond, Count: 40, Depth: 4})
+	s.settle(recs)
+	var ex []*record.Exchange
+	s.col.mu.Lock()
+	for _, e := range s.col.exchanges {
+		if e.Flow.Netns == s.netnsA && e.Role == record.Requester {
+			ex = append(ex, e)
+		}
+	}
+	s.col.mu.Unlock()
+	var out, in uint64
+	for _, e := range ex {
+		if e.Components.Sum() != e.Duration || e.Duration < 0 {
+			t.Errorf("exchange: sum %v duration %v", e.Components.Sum(), e.Duration)
+		}
+		out += e.BytesOut
+		in += e.BytesIn
+	}
+	if len(ex) == 0 || len(ex) > len(recs) {
+		t.Fatalf("%d exchanges for %d pipelined requests", len(ex), len(recs))
+	}
+	last := ex[len(ex)-1]
+	if out != 40*200 || in != 40*2000 {
+		t.Errorf("bytes across exchanges: out %d in %d, want %d and %d", out, in, 40*200, 40*2000)
+	}
+	if want := uint32(2*len(ex) - 1); last.Turns < want {
+		t.Errorf("turns %d after %d exchanges", last.Turns, len(ex))
+	}
+	t.Logf("40 pipelined requests: %d exchanges, %d turns", len(ex), last.Turns)
+}
+
+// Scenario 9b: a one-way stream. 4 MB up and a small acknowledgement back:
+// one exchange whose outgoing message carries the stream.
+func TestOneWayStream(t *testing.T) {
+	s := newScenario(t, symmetric(5*time.Millisecond), tracer.Options{})
+	s.server(workload.ServerConfig{})
+	var res workload.BulkResult
+	err := s.lab.A.Do(func() (err error) {
+		res, err = workload.RunBulk(context.Background(), workload.BulkConfig{Addr: netip.AddrPortFrom(s.lab.B.IPv4, port).String(),
+			Direction: workload.BulkUp, Bytes: 4 << 20})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.settle([]workload.ClientRecord{{Local: res.Local}})
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	var got []*record.Exchange
+	for _, e := range s.col.exchanges {
+		if e.Flow.Netns == s.netnsA && e.Flow.Local.String() == res.Local {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d exchanges for one stream", len(got))
+	}
+	e := got[0]
+	t.Logf("stream: %v, send wait %v, network %v, bytes out %d", e.Duration, e.Components.SendWait, e.Components.Network, e.BytesOut)
+	if e.BytesOut < 4<<20 || e.Components.Sum() != e.Duration {
+		t.Errorf("stream exchange: bytes out %d, sum %v, duration %v", e.BytesOut, e.Components.Sum(), e.Duration)
+	}
+	// The stream's time is spent pushing it out; the reply is one RTT.
+	if e.Components.SendWait < e.Duration/2 {
+		t.Errorf("send wait %v of %v for a 4 MB stream", e.Components.SendWait, e.Duration)
+	}
+}
+
+// Scenario 9c: a connection that carries no data gives its connect latency
+// and close, and no exchange.
+func TestConnectionWithoutData(t *testing.T) {
+	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+	s.server(workload.ServerConfig{})
+	var local netip.AddrPort
+	err := s.lab.A.Do(func() error {
+		c, err := net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		if err != nil {
+			return err
+		}
+		local = c.LocalAddr().(*net.TCPAddr).AddrPort()
+		return c.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.settle([]workload.ClientRecord{{Local: local.String()}})
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	for _, e := range s.col.exchanges {
+		if e.Flow.Local == local {
+			t.Errorf("an exchange for a connection without data: %+v", e)
+		}
+	}
+	var open *record.ConnOpen
+	for i := range s.col.opens {
+		if s.col.opens[i].Flow.Local == local {
+			open = &s.col.opens[i]
+		}
+	}
+	if open == nil || !near(open.ConnectLatency, 20*time.Millisecond) {
+		t.Errorf("connection open: %+v, want a connect latency of one RTT", open)
+	}
+}
+
+// The tracer picks up connections that were open before it started: their
+// sockets get state at their first event, without sockops (so without TX
+// timestamps: x1 and a1 are reconstructed), and the first exchange seen is
+// marked partial.
+func TestPreexistingConnection(t *testing.T) {
+	s := newLab(t, symmetric(10*time.Millisecond))
+	s.server(workload.ServerConfig{})
+	var conn net.Conn
+	if err := s.lab.A.Do(func() (err error) {
+		conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exchange := func(id uint64) {
+		req := make([]byte, 100)
+		workload.Header{Kind: workload.KindRequest, ID: id, ReqLen: 100, RespLen: 1000}.Put(req)
+		if _, err := conn.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exchange(1)
+	s.startTracer(tracer.Options{})
+	for id := uint64(2); id <= 12; id++ {
+		exchange(id)
+		time.Sleep(20 * time.Millisecond)
+	}
+	local := conn.LocalAddr().String()
+	conn.Close()
+	s.settle([]workload.ClientRecord{{Local: local}})
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	var got []*record.Exchange
+	for _, e := range s.col.exchanges {
+		if e.Flow.Local.String() == local && e.Role == record.Requester {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 11 {
+		t.Fatalf("%d requester exchanges traced of the 11 made after the tracer started", len(got))
+	}
+	var nets []time.Duration
+	for i, e := range got {
+		if e.TxTimestamps || e.ConnRole != record.RoleUnknown || e.Partial != (i == 0) {
+			t.Errorf("exchange %d: tx timestamps %v, conn role %s, partial %v", i, e.TxTimestamps, e.ConnRole, e.Partial)
+		}
+		if e.Components.Sum() != e.Duration {
+			t.Errorf("exchange %d: sum %v duration %v", i, e.Components.Sum(), e.Duration)
+		}
+		nets = append(nets, e.Components.Network)
+	}
+	if m := median(nets); !near(m, 20*time.Millisecond) {
+		t.Errorf("network %v on a pre-existing connection, want 20 ms", m)
+	}
+}
+
+// Without BPF TX timestamps (kernels before 6.15, or turned off), x1 and a1
+// are reconstructed from snd_nxt and ACKs: the components stay within
+// tolerance of the wire's truth.
+func TestWithoutTxTimestamps(t *testing.T) {
+	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{NoTxTimestamps: true})
+	s.server(workload.ServerConfig{})
+	recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 1000, Think: 5 * time.Millisecond, Count: 30, Interval: 30 * time.Millisecond})
+	s.settle(recs)
+	pairs := s.match(recs)
+	checkSums(t, pairs)
+	for _, p := range pairs {
+		if p.ex.TxTimestamps {
+			t.Fatalf("exchange %d used TX timestamps with them turned off", p.app.ID)
+		}
+	}
+	med := componentMedians(pairs, true)
+	var peerErr []time.Duration
+	for _, p := range pairs[1:] {
+		peerErr = append(peerErr, p.ex.Components.Peer-time.Duration(p.app.ServerNs))
+	}
+	if !near(med["network"], 20*time.Millisecond) || median(peerErr).Abs() > 300*time.Microsecond {
+		t.Errorf("without TX timestamps: %v; app.peer off the server's own time by %v", med, median(peerErr))
+	}
+}
