@@ -140,6 +140,11 @@ struct lt_exchange {
 	__u32 cwnd_start, cwnd_end;
 	__u32 rwnd_start, rwnd_end;
 	__u32 path_min_rtt_us; /* the path's minimum RTT over minutes, all flows */
+	/* Sequence numbers both ends see alike (NAT keeps them): the
+	 * connection's initial sequence numbers and where each message
+	 * starts, so two tracers can name the same exchange. */
+	__u32 isn_local, isn_remote;
+	__u32 out_seq, in_seq;
 	__u32 _pad2;
 };
 

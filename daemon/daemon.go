@@ -1,6 +1,7 @@
 // Package daemon runs lattrace on a node: it opens the tracer, fans the
-// decoded records out to the configured outputs and reports its own health
-// (hooks attached, records read, drops) so that nothing is lost silently.
+// decoded records out to the aggregator and the configured outputs, and
+// reports its own health (hooks attached, records read, drops) so that
+// nothing is lost silently.
 package daemon
 
 import (
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
@@ -22,6 +24,7 @@ type Config struct {
 	// OutputPath is the JSON lines file; "-" or empty means stdout.
 	OutputPath string
 	Tracer     tracer.Options
+	Aggregate  aggregate.Config
 }
 
 // Outputs the daemon knows.
@@ -45,64 +48,121 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Run traces until ctx is done.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	sink, closeOut, err := openOutput(cfg)
-	if err != nil {
-		return err
-	}
-	defer closeOut()
+// Daemon is a running tracer with its aggregator and outputs.
+type Daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	tracer   *tracer.Tracer
+	agg      *aggregate.Aggregator
+	jsonl    *jsonl.Writer
+	sinks    fanout
+	closeOut func()
+}
 
+// New loads the tracer and opens the outputs; Run then traces.
+func New(cfg Config, log *slog.Logger) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: log, agg: aggregate.New(cfg.Aggregate), closeOut: func() {}}
+	d.sinks = fanout{aggregatorSink{d.agg}}
+	if cfg.Output == "jsonl" {
+		var out io.Writer = os.Stdout
+		if cfg.OutputPath != "" && cfg.OutputPath != "-" {
+			f, err := os.OpenFile(cfg.OutputPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+			if err != nil {
+				return nil, fmt.Errorf("opening output: %w", err)
+			}
+			out, d.closeOut = f, func() { f.Close() }
+		}
+		d.jsonl = jsonl.New(out)
+		d.sinks = append(d.sinks, d.jsonl)
+	}
 	cfg.Tracer.Logger = log
 	tr, err := tracer.Open(cfg.Tracer)
 	if err != nil {
-		return err
+		d.closeOut()
+		return nil, err
 	}
-	defer tr.Close()
+	d.tracer = tr
+	return d, nil
+}
+
+// Aggregator returns the live per-flow and per-peer statistics.
+func (d *Daemon) Aggregator() *aggregate.Aggregator { return d.agg }
+
+// Tracer returns the loaded tracer (hooks, counters).
+func (d *Daemon) Tracer() *tracer.Tracer { return d.tracer }
+
+// Run traces until ctx is done, then drains what the kernel still holds,
+// closes the tracer and the outputs.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.closeOut()
+	defer d.tracer.Close()
 	attached := 0
-	for _, h := range tr.Hooks() {
+	for _, h := range d.tracer.Hooks() {
 		if h.Attached {
 			attached++
 		}
 	}
-	log.Info("tracing", "hooks_attached", attached, "hooks_total", len(tr.Hooks()), "output", cfg.Output)
+	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output)
 
-	runErr := tr.Run(ctx, sink)
-	c, err := tr.Counters()
+	runErr := d.tracer.Run(ctx, d.sinks)
+	c, err := d.tracer.Counters()
 	if err != nil {
-		log.Warn("reading counters", "err", err)
+		d.log.Warn("reading counters", "err", err)
 	}
-	log.Info("stopped", "records_decoded", c.Decoded, "ringbuf_full", c.RingbufFull,
-		"storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors)
-	if w, ok := sink.(*jsonl.Writer); ok && w.Err() != nil {
-		return fmt.Errorf("writing JSON lines: %w", w.Err())
+	a := d.agg.Stats()
+	d.log.Info("stopped", "records_decoded", c.Decoded, "exchanges", a.Exchanges, "flows", a.Flows,
+		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
+		"flows_evicted", a.FlowsEvicted)
+	if d.jsonl != nil && d.jsonl.Err() != nil {
+		return fmt.Errorf("writing JSON lines: %w", d.jsonl.Err())
 	}
 	return runErr
 }
 
-func openOutput(cfg Config) (tracer.Sink, func(), error) {
-	if cfg.Output == "none" {
-		return discard{}, func() {}, nil
+// Run is New followed by Run, for callers that need nothing in between.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	d, err := New(cfg, log)
+	if err != nil {
+		return err
 	}
-	var out io.Writer = os.Stdout
-	closeOut := func() {}
-	if cfg.OutputPath != "" && cfg.OutputPath != "-" {
-		f, err := os.OpenFile(cfg.OutputPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-		if err != nil {
-			return nil, nil, fmt.Errorf("opening output: %w", err)
-		}
-		out, closeOut = f, func() { f.Close() }
-	}
-	return jsonl.New(out), closeOut, nil
+	return d.Run(ctx)
 }
 
-// discard is the sink for --output none: the tracer still runs and counts.
-type discard struct{}
+// fanout hands every record to each sink in turn.
+type fanout []tracer.Sink
 
-func (discard) Exchange(*record.Exchange)  {}
-func (discard) ConnOpen(record.ConnOpen)   {}
-func (discard) ConnClose(record.ConnClose) {}
-func (discard) Flush()                     {}
+func (f fanout) Exchange(e *record.Exchange) {
+	for _, s := range f {
+		s.Exchange(e)
+	}
+}
+
+func (f fanout) ConnOpen(o record.ConnOpen) {
+	for _, s := range f {
+		s.ConnOpen(o)
+	}
+}
+
+func (f fanout) ConnClose(c record.ConnClose) {
+	for _, s := range f {
+		s.ConnClose(c)
+	}
+}
+
+func (f fanout) Flush() {
+	for _, s := range f {
+		s.Flush()
+	}
+}
+
+// aggregatorSink feeds the aggregator and, once per drain, retires what
+// has expired.
+type aggregatorSink struct{ *aggregate.Aggregator }
+
+func (a aggregatorSink) Exchange(e *record.Exchange)  { a.AddExchange(e) }
+func (a aggregatorSink) ConnOpen(o record.ConnOpen)   { a.AddConnOpen(o) }
+func (a aggregatorSink) ConnClose(c record.ConnClose) { a.AddConnClose(c) }
+func (a aggregatorSink) Flush()                       { a.Expire(record.Now()) }

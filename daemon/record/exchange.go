@@ -120,6 +120,15 @@ type Exchange struct {
 	RwndStart uint32 `json:"rwnd_start"` // the peer's advertised window, bytes
 	RwndEnd   uint32 `json:"rwnd_end"`
 
+	// ISNLocal and ISNRemote are the connection's initial sequence numbers;
+	// OutSeq and InSeq where the outgoing and incoming messages start. Both
+	// ends of a connection see the same numbers (NAT does not rewrite
+	// them), so they name an exchange across tracers.
+	ISNLocal  uint32 `json:"isn_local"`
+	ISNRemote uint32 `json:"isn_remote"`
+	OutSeq    uint32 `json:"out_seq"`
+	InSeq     uint32 `json:"in_seq"`
+
 	// Turns is the connection's changes of direction so far.
 	Turns uint32 `json:"turns"`
 	// IdleGap is the connection's silence before the exchange began.

@@ -8,6 +8,8 @@ package record
 import (
 	"net/netip"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Flow names one TCP connection as its local end sees it.
@@ -76,3 +78,10 @@ type Mono uint64
 
 // Sub returns m - o as a duration.
 func (m Mono) Sub(o Mono) time.Duration { return time.Duration(int64(m) - int64(o)) }
+
+// Now reads CLOCK_MONOTONIC, the clock of the kernel's timestamps.
+func Now() Mono {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
+	return Mono(ts.Nano())
+}

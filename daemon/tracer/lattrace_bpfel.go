@@ -91,6 +91,10 @@ type lattraceLtExchange struct {
 	RwndStart     uint32
 	RwndEnd       uint32
 	PathMinRttUs  uint32
+	IsnLocal      uint32
+	IsnRemote     uint32
+	OutSeq        uint32
+	InSeq         uint32
 	Pad2          uint32
 }
 

@@ -266,3 +266,31 @@ func TestWithoutTxTimestamps(t *testing.T) {
 		t.Errorf("without TX timestamps: %v; app.peer off the server's own time by %v", med, median(peerErr))
 	}
 }
+
+// Both ends name an exchange alike: the requester's (ISN local, ISN remote,
+// request start) is the responder's (ISN remote, ISN local, request start).
+func TestBothEndsAgreeOnSequenceNumbers(t *testing.T) {
+	s := newScenario(t, symmetric(2*time.Millisecond), tracer.Options{})
+	s.server(workload.ServerConfig{})
+	recs := s.client(workload.ClientConfig{ReqSize: 300, RespSize: 700, Count: 10, Interval: 10 * time.Millisecond})
+	s.settle(recs)
+	type key struct{ client, server, req uint32 }
+	seen := map[key]int{}
+	for _, p := range s.match(recs) {
+		seen[key{p.ex.ISNLocal, p.ex.ISNRemote, p.ex.OutSeq}]++
+		if p.ex.OutSeq-p.ex.ISNLocal != uint32(1+300*(p.app.ID-1)) {
+			t.Errorf("exchange %d: request starts at relative seq %d", p.app.ID, p.ex.OutSeq-p.ex.ISNLocal)
+		}
+	}
+	for _, e := range s.responders() {
+		seen[key{e.ISNRemote, e.ISNLocal, e.InSeq}]++
+	}
+	for k, n := range seen {
+		if n != 2 {
+			t.Errorf("exchange %+v seen by %d ends, want 2", k, n)
+		}
+	}
+	if len(seen) != len(recs) {
+		t.Errorf("%d distinct exchanges for %d requests", len(seen), len(recs))
+	}
+}
