@@ -275,11 +275,15 @@ static __always_inline struct path_rtt *path_get(const struct lt_flow *f)
 	return bpf_map_lookup_elem(&paths, &k);
 }
 
-/* Called from process context only: the current task owns the socket. */
+/* Called from process context only: the current task owns the socket.
+ * The same thread keeps using a socket, so the comm and cgroup are read
+ * only when the thread changes: they cost more than the rest of a hook. */
 static __always_inline void note_owner(struct lt_owner *o)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 
+	if (o->pid == id >> 32 && o->tid == (__u32)id)
+		return;
 	o->pid = id >> 32;
 	o->tid = (__u32)id;
 	o->cgroup_id = bpf_get_current_cgroup_id();
@@ -714,10 +718,11 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	struct lt_sock *st;
 	__u64 now;
 
-	if (ret <= 0 || !is_tcp(sk))
+	if (ret <= 0)
 		return 0;
-	st = sock_state(sk, true);
-	if (!st)
+	/* Only TCP sockets get state: an existing entry spares the type checks. */
+	st = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (!st && (!is_tcp(sk) || !(st = sock_state(sk, true))))
 		return 0;
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
@@ -811,10 +816,10 @@ int BPF_PROG(lattrace_recv_length, struct sock *sk, int ret, int flags)
 	struct tcp_sock *tp;
 	struct lt_sock *st;
 
-	if (ret <= 0 || (flags & MSG_PEEK) || !is_tcp(sk))
+	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
-	st = sock_state(sk, true);
-	if (!st)
+	st = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (!st && (!is_tcp(sk) || !(st = sock_state(sk, true))))
 		return 0;
 	note_owner(&st->owner);
 	tp = bpf_skc_to_tcp_sock(sk);

@@ -43,7 +43,7 @@ func (c *collector) ConnClose(r record.ConnClose) {
 func (c *collector) Flush() {}
 
 // find waits until a close record for the local address shows up.
-func (c *collector) find(t *testing.T, local netip.AddrPort) record.ConnClose {
+func (c *collector) find(t testing.TB, local netip.AddrPort) record.ConnClose {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -61,7 +61,7 @@ func (c *collector) find(t *testing.T, local netip.AddrPort) record.ConnClose {
 	return record.ConnClose{}
 }
 
-func openTracer(t *testing.T) (*Tracer, *collector) {
+func openTracer(t testing.TB) (*Tracer, *collector) {
 	t.Helper()
 	tr, err := Open(Options{DrainInterval: 20 * time.Millisecond})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/capture"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
@@ -50,6 +51,20 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			truth := w.exchanges(netip.MustParseAddrPort(recs[0].Local))
 			if len(truth) != len(pairs) {
 				t.Fatalf("%d exchanges on the wire, %d traced", len(truth), len(pairs))
+			}
+			// tshark's own ACK RTT on A's interface (the ACKs B sent) is
+			// an independent measure of the path; with an immediate server
+			// it is the network component.
+			if c.think == 0 {
+				samples, err := capture.ACKRTTs(w.pa, capture.SentBy(s.lab.B.IPv4))
+				if err != nil {
+					t.Fatal(err)
+				}
+				tsharkRTT := median(capture.RTTs(samples))
+				t.Logf("tshark median ACK RTT %v over %d samples, lattrace network %v", tsharkRTT, len(samples), med["network"])
+				if d := med["network"] - tsharkRTT; d.Abs() > tsharkRTT/20 {
+					t.Errorf("lattrace network median %v vs tshark ACK RTT median %v: more than 5 %% apart", med["network"], tsharkRTT)
+				}
 			}
 			within := 0
 			for i, p := range pairs {

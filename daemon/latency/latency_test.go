@@ -1,0 +1,141 @@
+package latency
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+const ms = record.Mono(time.Millisecond)
+
+// at builds a timeline in milliseconds from an arbitrary origin.
+func at(v float64) record.Mono { return 1000*ms + record.Mono(v*float64(ms)) }
+
+func TestRequesterComponents(t *testing.T) {
+	e := &record.Exchange{
+		Role: record.Requester,
+		Timeline: record.Timeline{
+			W0: at(0), W1: at(0.01), X1: at(0.02), A1: at(50.02),
+			R0: at(50.02), R1: at(52.02), D1: at(53.02),
+		},
+		MinRTT:  20 * time.Millisecond,
+		PathRTT: 20 * time.Millisecond,
+	}
+	Attribute(e)
+	c := e.Components
+	want := record.Components{
+		SendWait: 20 * time.Microsecond, SendWaitOther: 20 * time.Microsecond,
+		Network: 20 * time.Millisecond, Propagation: 20 * time.Millisecond,
+		Peer: 30 * time.Millisecond, Receive: 2 * time.Millisecond, LocalRead: time.Millisecond,
+	}
+	if c != want {
+		t.Errorf("components\n got %+v\nwant %+v", c, want)
+	}
+	if e.Duration != 53020*time.Microsecond || c.Sum() != e.Duration {
+		t.Errorf("duration %v, sum %v", e.Duration, c.Sum())
+	}
+}
+
+func TestQueueingAndPathMinimum(t *testing.T) {
+	// A flow that began behind a full queue: its own minimum is inflated,
+	// the path's is not.
+	e := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), X1: at(0), R0: at(180), R1: at(180), D1: at(180)},
+		MinRTT:   120 * time.Millisecond, PathMinRTT: 20 * time.Millisecond, PathRTT: 178 * time.Millisecond,
+	}
+	Attribute(e)
+	c := e.Components
+	if c.Network != 178*time.Millisecond || c.Propagation != 20*time.Millisecond || c.Queueing != 158*time.Millisecond || c.Peer != 2*time.Millisecond {
+		t.Errorf("%+v", c)
+	}
+}
+
+func TestAckSampleLowersEstimate(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), X1: at(0), R0: at(100), R1: at(100), D1: at(100)},
+		MinRTT:   20 * time.Millisecond, PathRTT: 40 * time.Millisecond, AckRTT: 21 * time.Millisecond,
+	}
+	Attribute(e)
+	if e.Components.Network != 21*time.Millisecond || e.Components.Peer != 79*time.Millisecond {
+		t.Errorf("%+v", e.Components)
+	}
+}
+
+func TestHandshakeAndLoss(t *testing.T) {
+	e := &record.Exchange{
+		Role: record.Requester,
+		Timeline: record.Timeline{Connect: at(0), Established: at(20), W0: at(20.1), W1: at(20.2), X1: at(20.2),
+			R0: at(280.2), R1: at(290.2), D1: at(290.3)},
+		MinRTT: 20 * time.Millisecond,
+		Raw:    record.ExchangeRaw{LossOut: 220 * time.Millisecond, LossIn: 4 * time.Millisecond},
+	}
+	Attribute(e)
+	c := e.Components
+	if c.Handshake != 20100*time.Microsecond || c.LossRecovery != 224*time.Millisecond ||
+		c.Network != 20*time.Millisecond || c.Peer != 20*time.Millisecond || c.Receive != 6*time.Millisecond {
+		t.Errorf("%+v", c)
+	}
+	if c.Sum() != e.Duration || e.Start != at(0) {
+		t.Errorf("sum %v duration %v start %v", c.Sum(), e.Duration, e.Start)
+	}
+}
+
+func TestSendWaitSplitScaled(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), W1: at(1), X1: at(60), R0: at(80), R1: at(80), D1: at(80)},
+		MinRTT:   20 * time.Millisecond,
+		// The hooks saw slightly more than w0..x1: the split is scaled.
+		Raw: record.ExchangeRaw{WaitCwnd: 45 * time.Millisecond, WaitRwnd: 30 * time.Millisecond},
+	}
+	Attribute(e)
+	c := e.Components
+	if c.SendWait != 60*time.Millisecond || c.SendWaitCwnd+c.SendWaitRwnd+c.SendWaitSndbuf+c.SendWaitOther != c.SendWait {
+		t.Errorf("%+v", c)
+	}
+	if c.SendWaitCwnd != 36*time.Millisecond || c.SendWaitRwnd != 24*time.Millisecond {
+		t.Errorf("scaled split %v %v", c.SendWaitCwnd, c.SendWaitRwnd)
+	}
+}
+
+func TestResponderComponents(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Responder,
+		Timeline: record.Timeline{R0: at(0), R1: at(1), D1: at(1.5), W0: at(31.5), W1: at(31.6), X1: at(31.6), A1: at(52)},
+		MinRTT:   20 * time.Millisecond,
+	}
+	Attribute(e)
+	c := e.Components
+	if c.Receive != time.Millisecond || c.LocalRead != 500*time.Microsecond || c.Think != 30*time.Millisecond ||
+		c.SendWait != 100*time.Microsecond || c.Network != 0 || e.End != at(31.6) {
+		t.Errorf("%+v end %v", c, e.End)
+	}
+}
+
+// Points out of order (hooks racing, a read before the last arrival was
+// seen) never produce a negative component, and the sum still holds.
+func TestOutOfOrderPointsClamp(t *testing.T) {
+	for _, tl := range []record.Timeline{
+		{W0: at(5), W1: at(4), X1: at(3), R0: at(2), R1: at(1), D1: at(0)},
+		{W0: at(0), X1: at(10), R0: at(5), R1: at(20), D1: at(15)},
+		{W0: at(0)},
+		{R0: at(0), W0: at(0)},
+	} {
+		for _, role := range []record.ExchangeRole{record.Requester, record.Responder} {
+			e := &record.Exchange{Role: role, Timeline: tl, MinRTT: 20 * time.Millisecond, PathRTT: 25 * time.Millisecond}
+			Attribute(e)
+			c := e.Components
+			for _, v := range []time.Duration{c.Network, c.SendWait, c.LossRecovery, c.Handshake, c.Receive, c.Peer, c.LocalRead, c.Think, c.Queueing, c.Propagation, c.SendWaitOther} {
+				if v < 0 {
+					t.Errorf("%s %+v: negative component in %+v", role, tl, c)
+				}
+			}
+			if c.Sum() != e.Duration || e.Duration < 0 {
+				t.Errorf("%s %+v: sum %v duration %v", role, tl, c.Sum(), e.Duration)
+			}
+		}
+	}
+}

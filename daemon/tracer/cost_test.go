@@ -1,0 +1,94 @@
+package tracer
+
+import (
+	"io"
+	"net"
+	"sort"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkLoopbackRR runs a 100-byte request/response loop on loopback
+// with every program attached and reports, from the kernel's own BPF
+// statistics, the average cost of one run of each program and their sum
+// per round trip. Run: go test -run - -bench LoopbackRR ./daemon/tracer/
+func BenchmarkLoopbackRR(b *testing.B) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	tr, _ := openTracer(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 100)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 100)
+	before := runStats(b, tr)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	after := runStats(b, tr)
+	var names []string
+	for n := range after {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var perRT float64
+	for _, n := range names {
+		runs := after[n].count - before[n].count
+		ns := after[n].ns - before[n].ns
+		if runs == 0 {
+			continue
+		}
+		b.ReportMetric(float64(ns)/float64(runs), n+"-ns/run")
+		perRT += float64(ns) / float64(b.N)
+		b.Logf("%-24s %10d runs %8.1f ns/run %6.2f runs/round-trip", n, runs, float64(ns)/float64(runs), float64(runs)/float64(b.N))
+	}
+	b.ReportMetric(perRT, "bpf-ns/round-trip")
+}
+
+type runStat struct{ count, ns uint64 }
+
+func runStats(b *testing.B, tr *Tracer) map[string]runStat {
+	out := map[string]runStat{}
+	for name, p := range tr.Programs() {
+		st, err := p.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[name] = runStat{st.RunCount, uint64(st.Runtime)}
+	}
+	return out
+}
