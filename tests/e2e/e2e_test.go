@@ -158,7 +158,7 @@ func TestDaemonWritesJSONLines(t *testing.T) {
 	}
 	defer f.Close()
 	dec := json.NewDecoder(f)
-	found := false
+	found, exchanges := false, 0
 	for {
 		var rec struct {
 			Type string `json:"type"`
@@ -171,13 +171,26 @@ func TestDaemonWritesJSONLines(t *testing.T) {
 			Owner     struct {
 				PID int `json:"pid"`
 			} `json:"owner"`
+			BytesOut   uint64 `json:"bytes_out"`
+			DurationNs int64  `json:"duration_ns"`
 		}
 		if err := dec.Decode(&rec); err == io.EOF {
 			break
 		} else if err != nil {
 			t.Fatalf("output is not JSON lines: %v", err)
 		}
-		if rec.Type != "conn_close" || rec.Flow.Local != local {
+		if rec.Flow.Local != local {
+			continue
+		}
+		if rec.Type == "exchange" {
+			// 25 writes and no reply: one exchange, a one-way message.
+			exchanges++
+			if rec.Role != "requester" || rec.BytesOut != sends*10 || rec.DurationNs <= 0 {
+				t.Errorf("exchange record %+v, want one requester message of %d bytes", rec, sends*10)
+			}
+			continue
+		}
+		if rec.Type != "conn_close" {
 			continue
 		}
 		found = true
@@ -187,6 +200,9 @@ func TestDaemonWritesJSONLines(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no conn_close record for %s in the output", local)
+	}
+	if exchanges != 1 {
+		t.Errorf("%d exchange records for %s, want 1", exchanges, local)
 	}
 }
 
