@@ -13,7 +13,7 @@ PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdu
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean
+.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol
 
 all: build
 
@@ -55,9 +55,14 @@ lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$fmt" ] || { echo "not gofmt'd: $$fmt"; exit 1; }
 	$(GO) vet ./...
 
+# A real OpenTelemetry Collector for the exporter tests, built once from the
+# Go module proxy and cached by the hash of its module (tests/otelcol).
+otelcol:
+	@tests/otelcol/build.sh >/dev/null
+
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic.
-test: setup mounts check-generate lint build
+test: setup mounts check-generate lint build otelcol
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 clean:
