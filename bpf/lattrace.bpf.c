@@ -28,6 +28,7 @@
 /* enum tcp_state values, stable since the beginning of Linux TCP. */
 #define TCP_ESTABLISHED 1
 #define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
 #define TCP_CLOSE 7
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -49,6 +50,10 @@ const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 const volatile __u64 wakeup_bytes = 256 * 1024;
 /* Use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15). */
 const volatile bool use_tx_tstamp = true;
+/* Trace only sockets of tasks in the cgroup subtree held in cgroup_filter
+ * (lattrace daemon --cgroup). Softirq hooks cannot tell whose a socket is,
+ * so with a filter they only follow sockets adopted in process context. */
+const volatile bool filter_cgroup = false;
 /* Window of the path's recent clean RTT (a windowed minimum). */
 const volatile __u64 path_window_ns = 2000000000ULL;
 
@@ -147,6 +152,13 @@ struct {
 } events SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroup_filter SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LT_CNT_MAX);
 	__type(key, __u32);
@@ -159,6 +171,12 @@ static __always_inline void count(__u32 which)
 
 	if (v)
 		*v += 1;
+}
+
+/* May a hook running in the context of the current task adopt a socket? */
+static __always_inline bool task_in_scope(void)
+{
+	return !filter_cgroup || bpf_current_task_under_cgroup(&cgroup_filter, 0) == 1;
 }
 
 static __always_inline bool after(__u32 a, __u32 b) { return (__s32)(a - b) > 0; }
@@ -414,7 +432,7 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	if (tp) {
 		ex->segs_out = tp->data_segs_out - st->data_segs_out0;
 		ex->retrans = tp->total_retrans - st->total_retrans0;
-		ex->min_rtt_us = tp->rtt_min.s[0].v;
+		ex->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v; /* ~0: no sample yet */
 		ex->srtt_us = tp->srtt_us >> 3;
 		ex->rwnd_end = tp->snd_wnd;
 		if (!ex->cwnd_end)
@@ -435,6 +453,8 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	 * path's minimum (the handshake's sample is in it). */
 	pw = path_get(&st->flow);
 	rtt = 0;
+	if (!pw)
+		count(LT_CNT_PATH_FULL);
 	if (pw) {
 		path_min_add(pw, ex->min_rtt_us, now);
 		ex->path_min_rtt_us = pw->min_rtt_us;
@@ -519,7 +539,9 @@ static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct
 	}
 	st->phase = PHASE_IN;
 	st->cur.r0 = now;
-	st->in_seq_start = st->in_seq_end = seq;
+	/* rcv_nxt, not the segment's seq: a retransmission may overlap data
+	 * already received. */
+	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
 }
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
@@ -544,8 +566,11 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			count(LT_CNT_STORAGE_FAIL);
 			return 1;
 		}
-		if (!st->established_ns)
+		if (!st->established_ns) {
+			/* Not seen at the state change (a filtered softirq). */
 			count(LT_CNT_SOCKS_TRACKED);
+			st->established_ns = now;
+		}
 		/* Read the flow now: at SYN_SENT the local port was not chosen yet. */
 		{
 			struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
@@ -554,9 +579,9 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 				read_flow((struct sock *)tp, &st->flow);
 		}
 		st->role = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? LT_ROLE_CLIENT : LT_ROLE_SERVER;
-		st->established_ns = now;
 		st->partial = 0;
-		st->last_activity_ns = now;
+		if (!st->last_activity_ns)
+			st->last_activity_ns = now;
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 						 BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
 		if (use_tx_tstamp && bpf_sock_ops_enable_tx_tstamp &&
@@ -681,7 +706,7 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(lattrace_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb, int size_goal)
 {
-	struct lt_sock *st = sock_state(sk, true);
+	struct lt_sock *st = sock_state(sk, task_in_scope());
 	struct tcp_sock *tp;
 	__u64 now;
 
@@ -722,7 +747,7 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 		return 0;
 	/* Only TCP sockets get state: an existing entry spares the type checks. */
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (!st && (!is_tcp(sk) || !(st = sock_state(sk, true))))
+	if (!st && (!is_tcp(sk) || !task_in_scope() || !(st = sock_state(sk, true))))
 		return 0;
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
@@ -757,7 +782,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	__u64 now;
 	bool ooo;
 
-	st = sock_state(sk, true);
+	st = sock_state(sk, !filter_cgroup);
 	if (!st)
 		return 0;
 	tp = bpf_skc_to_tcp_sock(sk);
@@ -794,8 +819,10 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 		begin_in(st, sk, tp, seq, now);
 	st->cur.segs_in++;
 	st->cur.r1 = now;
-	if (after(seq + len, st->in_seq_end))
+	if (after(seq + len, st->in_seq_end)) {
 		st->in_seq_end = seq + len;
+		st->cur.d1 = 0; /* more to read: an earlier full read is not d1 */
+	}
 	st->last_activity_ns = now;
 	/* A segment beyond rcv_nxt means one before it was lost: the hole
 	 * stays open until the out-of-order queue empties. */
@@ -819,7 +846,7 @@ int BPF_PROG(lattrace_recv_length, struct sock *sk, int ret, int flags)
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (!st && (!is_tcp(sk) || !(st = sock_state(sk, true))))
+	if (!st && (!is_tcp(sk) || !task_in_scope() || !(st = sock_state(sk, true))))
 		return 0;
 	note_owner(&st->owner);
 	tp = bpf_skc_to_tcp_sock(sk);
@@ -878,10 +905,25 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	if (!is_tcp(sk))
 		return 0;
 	if (newstate == TCP_SYN_SENT) {
-		st = sock_state(sk, true);
+		st = sock_state(sk, task_in_scope());
 		if (st) {
 			st->syn_ns = bpf_ktime_get_ns();
 			st->partial = 0;
+		}
+		return 0;
+	}
+	/* The role, the flow (the local port is chosen by now) and the time
+	 * come from the state change itself, so they are right even where
+	 * sockops is not attached; sockops, which follows, adds RTT samples
+	 * and TX timestamps. */
+	if (newstate == TCP_ESTABLISHED && (oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)) {
+		st = sock_state(sk, oldstate == TCP_SYN_RECV && !filter_cgroup);
+		if (st) {
+			st->role = oldstate == TCP_SYN_SENT ? LT_ROLE_CLIENT : LT_ROLE_SERVER;
+			st->established_ns = bpf_ktime_get_ns();
+			st->last_activity_ns = st->established_ns;
+			st->partial = 0;
+			read_flow(sk, &st->flow);
 		}
 		return 0;
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,7 +32,9 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "lattrace: %v\n", err)
 	var ue usageError
-	if errors.As(err, &ue) {
+	// cobra's own argument and command errors are usage errors too.
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") ||
+		strings.Contains(err.Error(), "accepts ") || strings.Contains(err.Error(), "unknown flag") {
 		return 2
 	}
 	return 1

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/record"
@@ -37,8 +38,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("unknown output %q (want one of %v)", c.Output, Outputs)
 	}
-	if c.Tracer.DrainInterval < 0 {
-		return fmt.Errorf("drain interval %v is negative", c.Tracer.DrainInterval)
+	if c.Tracer.DrainInterval != 0 && (c.Tracer.DrainInterval < time.Millisecond || c.Tracer.DrainInterval > 10*time.Second) {
+		return fmt.Errorf("drain interval %v outside 1ms..10s", c.Tracer.DrainInterval)
+	}
+	if c.Output == "none" && c.OutputPath != "" && c.OutputPath != "-" {
+		return fmt.Errorf("--output-file %s given with --output none", c.OutputPath)
 	}
 	if c.Tracer.CgroupPath != "" {
 		if err := tracer.CheckCgroup2(c.Tracer.CgroupPath); err != nil {
@@ -107,19 +111,50 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output)
 
+	go d.reportHealth(ctx)
 	runErr := d.tracer.Run(ctx, d.sinks)
 	c, err := d.tracer.Counters()
 	if err != nil {
 		d.log.Warn("reading counters", "err", err)
 	}
 	a := d.agg.Stats()
-	d.log.Info("stopped", "records_decoded", c.Decoded, "exchanges", a.Exchanges, "flows", a.Flows,
-		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
-		"flows_evicted", a.FlowsEvicted)
+	d.logCounters("stopped", c, a)
 	if d.jsonl != nil && d.jsonl.Err() != nil {
 		return fmt.Errorf("writing JSON lines: %w", d.jsonl.Err())
 	}
 	return runErr
+}
+
+// healthInterval is how often the daemon logs its counters when a drop
+// counter moved: a loss shows up within a minute, not at exit.
+const healthInterval = time.Minute
+
+func (d *Daemon) reportHealth(ctx context.Context) {
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	var lastDrops uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c, err := d.tracer.Counters()
+			if err != nil {
+				continue
+			}
+			if drops := c.RingbufFull + c.StorageFail + c.DecodeErrors + c.PathFull; drops != lastDrops {
+				lastDrops = drops
+				d.logCounters("records lost", c, d.agg.Stats())
+			}
+		}
+	}
+}
+
+func (d *Daemon) logCounters(msg string, c tracer.Counters, a aggregate.Counters) {
+	d.log.Info(msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
+		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
+		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff,
+		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
 }
 
 // Run is New followed by Run, for callers that need nothing in between.

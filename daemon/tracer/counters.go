@@ -11,6 +11,9 @@ type Counters struct {
 	StorageFail  uint64 `json:"storage_fail"`
 	Submitted    uint64 `json:"records_submitted"`
 	SocksTracked uint64 `json:"socks_tracked"`
+	Exchanges    uint64 `json:"exchanges_closed"`
+	TstampOff    uint64 `json:"sockets_without_tx_timestamps"`
+	PathFull     uint64 `json:"path_entry_failures"`
 	Decoded      uint64 `json:"records_decoded"`
 	DecodeErrors uint64 `json:"decode_errors"`
 }
@@ -39,6 +42,9 @@ func (t *Tracer) Counters() (Counters, error) {
 		{lattraceLtCounterLT_CNT_STORAGE_FAIL, &c.StorageFail},
 		{lattraceLtCounterLT_CNT_RECORDS, &c.Submitted},
 		{lattraceLtCounterLT_CNT_SOCKS_TRACKED, &c.SocksTracked},
+		{lattraceLtCounterLT_CNT_EXCHANGES, &c.Exchanges},
+		{lattraceLtCounterLT_CNT_TSTAMP_OFF, &c.TstampOff},
+		{lattraceLtCounterLT_CNT_PATH_FULL, &c.PathFull},
 	} {
 		if *f.dst, err = sum(f.k); err != nil {
 			return c, err

@@ -217,6 +217,7 @@ type lattracePathRtt struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	lattraceMapCgroupFilter           = "cgroup_filter"
 	lattraceMapCounters               = "counters"
 	lattraceMapEvents                 = "events"
 	lattraceMapPaths                  = "paths"
@@ -229,6 +230,7 @@ const (
 	lattraceProgLattraceSendmsgLocked = "lattrace_sendmsg_locked"
 	lattraceProgLattraceSetState      = "lattrace_set_state"
 	lattraceProgLattraceSockops       = "lattrace_sockops"
+	lattraceVarFilterCgroup           = "filter_cgroup"
 	lattraceVarPathWindowNs           = "path_window_ns"
 	lattraceVarUnusedLtConnClose      = "unused_lt_conn_close"
 	lattraceVarUnusedLtConnOpen       = "unused_lt_conn_open"
@@ -298,16 +300,18 @@ type lattraceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Paths    *ebpf.MapSpec `ebpf:"paths"`
-	Socks    *ebpf.MapSpec `ebpf:"socks"`
+	CgroupFilter *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	Paths        *ebpf.MapSpec `ebpf:"paths"`
+	Socks        *ebpf.MapSpec `ebpf:"socks"`
 }
 
 // lattraceVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceVariableSpecs struct {
+	FilterCgroup         *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	PathWindowNs         *ebpf.VariableSpec `ebpf:"path_window_ns"`
 	UnusedLtConnClose    *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.VariableSpec `ebpf:"unused_lt_conn_open"`
@@ -341,14 +345,16 @@ func (o *lattraceObjects) Close() error {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Paths    *ebpf.Map `ebpf:"paths"`
-	Socks    *ebpf.Map `ebpf:"socks"`
+	CgroupFilter *ebpf.Map `ebpf:"cgroup_filter"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	Events       *ebpf.Map `ebpf:"events"`
+	Paths        *ebpf.Map `ebpf:"paths"`
+	Socks        *ebpf.Map `ebpf:"socks"`
 }
 
 func (m *lattraceMaps) Close() error {
 	return _LattraceClose(
+		m.CgroupFilter,
 		m.Counters,
 		m.Events,
 		m.Paths,
@@ -360,6 +366,7 @@ func (m *lattraceMaps) Close() error {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceVariables struct {
+	FilterCgroup         *ebpf.Variable `ebpf:"filter_cgroup"`
 	PathWindowNs         *ebpf.Variable `ebpf:"path_window_ns"`
 	UnusedLtConnClose    *ebpf.Variable `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.Variable `ebpf:"unused_lt_conn_open"`

@@ -38,6 +38,9 @@ func (t *Tracer) Run(ctx context.Context, sink Sink) error {
 		for {
 			select {
 			case <-ctx.Done():
+				// Detach first, so nothing is submitted after the last
+				// drain: what the kernel holds then is all read.
+				t.detach()
 				done.Store(true)
 				t.reader.Flush()
 				return

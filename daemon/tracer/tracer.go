@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,8 +23,9 @@ import (
 
 // Options configure Open. The zero value is usable.
 type Options struct {
-	// CgroupPath is the cgroup v2 directory sockops attaches to; empty means
-	// the root of the unified hierarchy, so every socket on the node is seen.
+	// CgroupPath limits tracing to the sockets of tasks in this cgroup v2
+	// subtree (sockops attaches there; tracepoints test the task); empty
+	// means the whole node.
 	CgroupPath string
 	// KernelBTF is a BTF file describing the running kernel, for kernels
 	// that do not expose /sys/kernel/btf/vmlinux; empty means that file.
@@ -53,12 +55,13 @@ func (o *Options) defaults() {
 
 // Tracer is a loaded and attached set of lattrace programs.
 type Tracer struct {
-	opts   Options
-	maps   *ebpf.Collection
-	progs  []*ebpf.Program
-	links  []link.Link
-	hooks  []HookStatus
-	reader *ringbuf.Reader
+	opts    Options
+	maps    *ebpf.Collection
+	progs   []*ebpf.Program
+	links   []link.Link
+	linksMu sync.Mutex
+	hooks   []HookStatus
+	reader  *ringbuf.Reader
 
 	decoded, decodeErrors atomic.Uint64
 }
@@ -74,7 +77,10 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.CgroupPath == "" {
+	// An explicit cgroup limits tracing to its subtree; the default is the
+	// whole node (sockops still needs a cgroup: the root).
+	filter := opts.CgroupPath != ""
+	if !filter {
 		if opts.CgroupPath, err = cgroup2Root(); err != nil {
 			return nil, err
 		}
@@ -93,6 +99,7 @@ func Open(opts Options) (*Tracer, error) {
 	for name, v := range map[string]any{
 		"wakeup_bytes":  opts.WakeupBytes,
 		"use_tx_tstamp": !opts.NoTxTimestamps,
+		"filter_cgroup": filter,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
@@ -101,6 +108,12 @@ func Open(opts Options) (*Tracer, error) {
 	t := &Tracer{opts: opts}
 	if err := t.loadMaps(spec); err != nil {
 		return nil, err
+	}
+	if filter {
+		if err := t.setCgroupFilter(opts.CgroupPath); err != nil {
+			t.Close()
+			return nil, err
+		}
 	}
 	if err := t.attachAll(spec, kernelTypes); err != nil {
 		t.Close()
@@ -194,15 +207,25 @@ func (t *Tracer) Close() error {
 	if t.reader != nil {
 		errs = append(errs, t.reader.Close())
 	}
-	for _, l := range t.links {
-		errs = append(errs, l.Close())
-	}
+	errs = append(errs, t.detach())
 	for _, p := range t.progs {
 		errs = append(errs, p.Close())
 	}
 	if t.maps != nil {
 		t.maps.Close()
 	}
+	return errors.Join(errs...)
+}
+
+// detach closes every link; safe to call again.
+func (t *Tracer) detach() error {
+	t.linksMu.Lock()
+	defer t.linksMu.Unlock()
+	var errs []error
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	t.links = nil
 	return errors.Join(errs...)
 }
 
@@ -234,4 +257,18 @@ func explainLoadError(what string, err error) error {
 		return fmt.Errorf("%s: the kernel's verifier refused it: %v", what, ve)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// setCgroupFilter puts the cgroup directory in the map the programs test
+// tasks against (bpf_current_task_under_cgroup).
+func (t *Tracer) setCgroupFilter(path string) error {
+	dir, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	defer dir.Close()
+	if err := t.maps.Maps["cgroup_filter"].Put(uint32(0), uint32(dir.Fd())); err != nil {
+		return fmt.Errorf("cgroup filter %s: %w", path, err)
+	}
+	return nil
 }

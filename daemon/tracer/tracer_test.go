@@ -68,17 +68,22 @@ func openTracer(t testing.TB) (*Tracer, *collector) {
 		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
 	}
 	col := &collector{}
+	t.Cleanup(runCollector(t, tr, col))
+	return tr, col
+}
+
+// runCollector drains tr into col until the returned stop is called.
+func runCollector(t testing.TB, tr *Tracer, col *collector) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx, col) }()
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		tr.Close()
-	})
-	return tr, col
+	}
 }
 
 // TestSendCountsLoopback makes a known number of sends on both ends of real
