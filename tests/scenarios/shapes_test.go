@@ -147,38 +147,48 @@ func TestOneWayStream(t *testing.T) {
 }
 
 // Scenario 9c: a connection that carries no data gives its connect latency
-// and close, and no exchange.
+// and close, and no exchange. Five of them, for a median: one handshake on
+// a lab that shares two vCPUs may see the path a few ms slow.
 func TestConnectionWithoutData(t *testing.T) {
 	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
 	s.server(workload.ServerConfig{})
-	var local netip.AddrPort
-	err := s.lab.A.Do(func() error {
-		c, err := net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+	var recs []workload.ClientRecord
+	for i := 0; i < 5; i++ {
+		err := s.lab.A.Do(func() error {
+			c, err := net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+			if err != nil {
+				return err
+			}
+			recs = append(recs, workload.ClientRecord{Local: c.LocalAddr().String()})
+			return c.Close()
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		local = c.LocalAddr().(*net.TCPAddr).AddrPort()
-		return c.Close()
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	s.settle([]workload.ClientRecord{{Local: local.String()}})
+	s.settle(recs)
 	s.col.mu.Lock()
 	defer s.col.mu.Unlock()
+	locals := map[string]bool{}
+	for _, r := range recs {
+		locals[r.Local] = true
+	}
 	for _, e := range s.col.exchanges {
-		if e.Flow.Local == local {
+		if locals[e.Flow.Local.String()] {
 			t.Errorf("an exchange for a connection without data: %+v", e)
 		}
 	}
-	var open *record.ConnOpen
-	for i := range s.col.opens {
-		if s.col.opens[i].Flow.Local == local {
-			open = &s.col.opens[i]
+	var lats []time.Duration
+	for _, o := range s.col.opens {
+		if locals[o.Flow.Local.String()] {
+			lats = append(lats, o.ConnectLatency)
+			if o.ConnectLatency < o.HandshakeRTT || o.Role != record.RoleClient {
+				t.Errorf("connection open %+v: connect latency below the handshake's own RTT sample", o)
+			}
 		}
 	}
-	if open == nil || !near(open.ConnectLatency, 20*time.Millisecond) {
-		t.Errorf("connection open: %+v, want a connect latency of one RTT", open)
+	if len(lats) != len(recs) || !near(median(lats), 20*time.Millisecond) {
+		t.Errorf("connect latencies %v for %d connections, want a median of one RTT", lats, len(recs))
 	}
 }
 
