@@ -80,6 +80,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			out, d.closeOut = f, func() { f.Close() }
 		}
 		d.jsonl = jsonl.New(out)
+		d.jsonl.OnError = func(err error) {
+			log.Error("JSON lines output failed; records are dropped and counted from now on", "err", err)
+		}
 		d.sinks = append(d.sinks, d.jsonl)
 	}
 	cfg.Tracer.Logger = log
@@ -120,7 +123,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	a := d.agg.Stats()
 	d.logCounters("stopped", c, a)
 	if d.jsonl != nil && d.jsonl.Err() != nil {
-		return fmt.Errorf("writing JSON lines: %w", d.jsonl.Err())
+		return fmt.Errorf("writing JSON lines: %w (%d records dropped)", d.jsonl.Err(), d.jsonl.Dropped())
 	}
 	return runErr
 }

@@ -14,10 +14,13 @@ import (
 
 // Writer encodes records to an io.Writer, buffered until Flush.
 type Writer struct {
-	mu  sync.Mutex
-	buf *bufio.Writer
-	enc *json.Encoder
-	err error
+	mu      sync.Mutex
+	buf     *bufio.Writer
+	enc     *json.Encoder
+	err     error
+	dropped uint64
+	// OnError, if set, is called once, with the first write error.
+	OnError func(error)
 }
 
 // New returns a Writer on w.
@@ -64,9 +67,21 @@ func (w *Writer) write(v any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
+		w.dropped++
 		return
 	}
-	w.err = w.enc.Encode(v)
+	w.fail(w.enc.Encode(v))
+}
+
+func (w *Writer) fail(err error) {
+	if err == nil {
+		return
+	}
+	w.err = err
+	w.dropped++
+	if w.OnError != nil {
+		w.OnError(err)
+	}
 }
 
 // Flush writes out what is buffered.
@@ -74,12 +89,19 @@ func (w *Writer) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err == nil {
-		w.err = w.buf.Flush()
+		w.fail(w.buf.Flush())
 	}
 }
 
+// Dropped counts the records not written because of an error.
+func (w *Writer) Dropped() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dropped
+}
+
 // Err reports the first write error; after one, the Writer drops records
-// (the daemon counts and reports it rather than blocking the tracer).
+// and counts them (Dropped) rather than blocking the tracer.
 func (w *Writer) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

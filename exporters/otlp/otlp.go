@@ -1,0 +1,432 @@
+// Package otlp exports lattrace's exchanges over OTLP/gRPC with the official
+// OpenTelemetry Go SDK: one trace span per sampled exchange (with a child span
+// per stage of its timeline) and metrics of every exchange (duration and
+// component histograms, TCP counters) per peer pair. It implements
+// tracer.Sink and never blocks the reading goroutine: spans go through the
+// SDK's BatchSpanProcessor behind a bounded, counted queue, and metrics are
+// aggregated in memory and pushed by a PeriodicReader.
+//
+// # Clocks
+//
+// Exchange timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns); spans need wall
+// clock. The exporter measures offset = CLOCK_REALTIME - CLOCK_MONOTONIC by
+// reading REALTIME between two MONOTONIC reads (taking their midpoint) when
+// it starts, and again whenever an exchange arrives more than
+// ClockResyncInterval after the last measurement, so a step of the wall
+// clock (NTP, settimeofday) is followed within that interval. A span's start
+// and end are shifted by the same offset, so stage durations are exact.
+//
+// # Both ends in one trace
+//
+// Both ends of a TCP connection see the same initial sequence numbers and
+// the same sequence number where a request starts. The requester names its
+// exchange (ISNLocal, ISNRemote, OutSeq), the responder (ISNRemote,
+// ISNLocal, InSeq): both are (client ISN, server ISN, request seq). The
+// trace ID is SHA-256("lattrace/trace" || those 12 bytes) truncated to 16
+// bytes, and the requester's exchange span ID SHA-256("lattrace/span" ||
+// ...) truncated to 8. The requester's span gets those IDs from a custom
+// sdktrace.IDGenerator (the wanted IDs ride in the context of the root span
+// only); the responder starts its span under a remote parent SpanContext
+// (trace.ContextWithRemoteSpanContext) with that trace ID and the
+// requester's span ID, so two lattrace daemons that never talk to each
+// other produce one trace: requester span -> responder span. When both ISNs
+// are zero (not known) the IDs are random.
+//
+// # Sampling
+//
+// Every exchange is recorded in the metrics. Spans are sampled in one place
+// (Exporter.Exchange): an exchange whose Duration is at least
+// Config.SlowThreshold is always exported; the rest go through a token
+// bucket of Config.RatePerSecond (burst Config.Burst). The SDK's sampler is
+// AlwaysSample. Stats counts the decisions and the fate of exported spans.
+package otlp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// ScopeName is the instrumentation scope of lattrace's spans and metrics.
+const ScopeName = "github.com/lattrace/lattrace/exporters/otlp"
+
+// Config configures an Exporter. The zero value exports every exchange as a
+// span to the endpoint named by the OTEL_EXPORTER_OTLP_* environment
+// variables (default localhost:4317, TLS unless the endpoint says http://).
+type Config struct {
+	// Endpoint is host:port of an OTLP/gRPC receiver; empty leaves it to
+	// OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, read by the SDK.
+	Endpoint string
+	// Insecure disables TLS (with Endpoint).
+	Insecure bool
+	// Headers are sent with every export (also OTEL_EXPORTER_OTLP_HEADERS).
+	Headers map[string]string
+
+	// ServiceVersion is the resource's service.version; HostName its
+	// host.name (default os.Hostname). service.name is "lattrace".
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override them.
+	ServiceVersion string
+	HostName       string
+
+	// SlowThreshold: every exchange at least this long is exported as a
+	// span; zero exports every exchange, a negative value turns the rule
+	// off (only the rate sample is exported).
+	SlowThreshold time.Duration
+	// RatePerSecond is the token bucket's rate for the other exchanges;
+	// zero exports none of them. Burst is its depth (default
+	// max(1, RatePerSecond)).
+	RatePerSecond float64
+	Burst         int
+
+	// MaxQueueSize bounds the spans waiting for export (default 8192).
+	// When it is full, sampled exchanges are dropped whole and counted.
+	MaxQueueSize int
+	// BatchTimeout is the longest a span waits before a batch is sent
+	// (default 1 s); MaxExportBatchSize the largest batch (default 512).
+	BatchTimeout       time.Duration
+	MaxExportBatchSize int
+	// ExportTimeout bounds one export call with its retries (default 30 s).
+	ExportTimeout time.Duration
+	// RetryMaxElapsed is how long a failing batch is retried before it is
+	// dropped (default 1 min); retries back off from 500 ms to 5 s.
+	RetryMaxElapsed time.Duration
+
+	// MetricInterval is the PeriodicReader's push interval (default 15 s).
+	MetricInterval time.Duration
+	// MetricReaders are extra readers of the same MeterProvider (e.g. a
+	// Prometheus exporter).
+	MetricReaders []sdkmetric.Reader
+	// MaxPeerPairs caps the distinct peer pairs (comm, remote address,
+	// server port, role) in the metrics; further pairs are folded into
+	// one "other" pair (default 2000). The SDK's cardinality limit is set
+	// above it as a second bound.
+	MaxPeerPairs int
+
+	// DisableTraces and DisableMetrics turn either signal off.
+	DisableTraces  bool
+	DisableMetrics bool
+
+	// ClockResyncInterval is how often the monotonic-to-wall offset is
+	// re-measured (default 1 s).
+	ClockResyncInterval time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.MaxQueueSize <= 0 {
+		c.MaxQueueSize = 8192
+	}
+	if c.BatchTimeout <= 0 {
+		c.BatchTimeout = time.Second
+	}
+	if c.MaxExportBatchSize <= 0 {
+		c.MaxExportBatchSize = 512
+	}
+	if c.ExportTimeout <= 0 {
+		c.ExportTimeout = 30 * time.Second
+	}
+	if c.RetryMaxElapsed <= 0 {
+		c.RetryMaxElapsed = time.Minute
+	}
+	if c.MetricInterval <= 0 {
+		c.MetricInterval = 15 * time.Second
+	}
+	if c.MaxPeerPairs <= 0 {
+		c.MaxPeerPairs = 2000
+	}
+	if c.Burst <= 0 {
+		c.Burst = max(1, int(c.RatePerSecond))
+	}
+	if c.ClockResyncInterval <= 0 {
+		c.ClockResyncInterval = time.Second
+	}
+	if c.HostName == "" {
+		c.HostName, _ = os.Hostname()
+	}
+}
+
+// Stats are the exporter's counters since New.
+type Stats struct {
+	Exchanges       uint64 // exchanges received
+	SampledSlow     uint64 // exported because at or above SlowThreshold
+	SampledRate     uint64 // exported by the rate sample
+	DroppedSampling uint64 // not sampled
+	DroppedQueue    uint64 // sampled but dropped: the span queue was full
+	SpansQueued     uint64 // spans handed to the batch processor
+	SpansExported   uint64 // spans the receiver accepted
+	SpansFailed     uint64 // spans in failed exports (after retries)
+	ExportErrors    uint64 // failed span export calls
+	MetricErrors    uint64 // failed metric export calls
+	PeerPairs       uint64 // distinct peer pairs in the metrics
+	PeerOverflow    uint64 // exchanges folded into the "other" pair
+}
+
+// Exporter is a tracer.Sink that exports over OTLP.
+type Exporter struct {
+	cfg    Config
+	tp     *sdktrace.TracerProvider
+	tracer trace.Tracer
+	mp     *sdkmetric.MeterProvider
+	m      *metrics
+	clock  clock
+	bucket bucket
+
+	// pending counts spans ended and not yet handed to the exporter: it
+	// bounds the batch processor's queue so that it never drops silently.
+	pending atomic.Int64
+
+	exchanges, sampledSlow, sampledRate, droppedSampling, droppedQueue  atomic.Uint64
+	spansQueued, spansExported, spansFailed, exportErrors, metricErrors atomic.Uint64
+
+	shutdownOnce sync.Once
+}
+
+// New starts an Exporter. Connections are made lazily: New does not fail
+// when the receiver is down.
+func New(ctx context.Context, cfg Config) (*Exporter, error) {
+	cfg.defaults()
+	x := &Exporter{cfg: cfg}
+	x.clock.init(cfg.ClockResyncInterval)
+	x.bucket.init(cfg.RatePerSecond, cfg.Burst)
+
+	res, err := resource.New(ctx,
+		resource.WithAttributes(
+			attribute.String("service.name", "lattrace"),
+			attribute.String("service.version", cfg.ServiceVersion),
+			attribute.String("host.name", cfg.HostName),
+		),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(), // last: OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil && res == nil {
+		return nil, fmt.Errorf("otlp: resource: %w", err)
+	}
+
+	dial := otlptracegrpc.WithDialOption(grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	}))
+	if !cfg.DisableTraces {
+		opts := []otlptracegrpc.Option{
+			dial,
+			otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{
+				Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed,
+			}),
+		}
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpoint(cfg.Endpoint))
+			if cfg.Insecure {
+				opts = append(opts, otlptracegrpc.WithInsecure())
+			}
+		}
+		if len(cfg.Headers) > 0 {
+			opts = append(opts, otlptracegrpc.WithHeaders(cfg.Headers))
+		}
+		exp, err := otlptracegrpc.New(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("otlp: trace exporter: %w", err)
+		}
+		bsp := sdktrace.NewBatchSpanProcessor(&countingSpanExporter{SpanExporter: exp, x: x},
+			// Margin above our own bound: the gate in Exchange keeps the
+			// queue below MaxQueueSize, so the SDK never drops uncounted.
+			sdktrace.WithMaxQueueSize(cfg.MaxQueueSize+64),
+			sdktrace.WithMaxExportBatchSize(cfg.MaxExportBatchSize),
+			sdktrace.WithBatchTimeout(cfg.BatchTimeout),
+			sdktrace.WithExportTimeout(cfg.ExportTimeout),
+		)
+		x.tp = sdktrace.NewTracerProvider(
+			sdktrace.WithSpanProcessor(bsp),
+			sdktrace.WithResource(res),
+			sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithIDGenerator(idGenerator{}),
+		)
+		x.tracer = x.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(cfg.ServiceVersion))
+	}
+
+	if !cfg.DisableMetrics || len(cfg.MetricReaders) > 0 {
+		mopts := []sdkmetric.Option{
+			sdkmetric.WithResource(res),
+			sdkmetric.WithCardinalityLimit(cfg.MaxPeerPairs*16 + 100),
+		}
+		if !cfg.DisableMetrics {
+			o := []otlpmetricgrpc.Option{
+				otlpmetricgrpc.WithDialOption(grpc.WithConnectParams(grpc.ConnectParams{
+					Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+					MinConnectTimeout: 5 * time.Second,
+				})),
+				otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{
+					Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed,
+				}),
+			}
+			if cfg.Endpoint != "" {
+				o = append(o, otlpmetricgrpc.WithEndpoint(cfg.Endpoint))
+				if cfg.Insecure {
+					o = append(o, otlpmetricgrpc.WithInsecure())
+				}
+			}
+			if len(cfg.Headers) > 0 {
+				o = append(o, otlpmetricgrpc.WithHeaders(cfg.Headers))
+			}
+			mexp, err := otlpmetricgrpc.New(ctx, o...)
+			if err != nil {
+				if x.tp != nil {
+					_ = x.tp.Shutdown(ctx)
+				}
+				return nil, fmt.Errorf("otlp: metric exporter: %w", err)
+			}
+			mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(
+				&countingMetricExporter{Exporter: mexp, x: x}, sdkmetric.WithInterval(cfg.MetricInterval))))
+		}
+		for _, r := range cfg.MetricReaders {
+			mopts = append(mopts, sdkmetric.WithReader(r))
+		}
+		x.mp = sdkmetric.NewMeterProvider(mopts...)
+		m, err := newMetrics(x.mp.Meter(ScopeName, metric.WithInstrumentationVersion(cfg.ServiceVersion)), cfg.MaxPeerPairs)
+		if err != nil {
+			_ = x.Shutdown(ctx)
+			return nil, err
+		}
+		x.m = m
+	}
+	return x, nil
+}
+
+// MeterProvider is the exporter's MeterProvider (nil with metrics off and
+// no extra readers), for other instruments to share.
+func (x *Exporter) MeterProvider() *sdkmetric.MeterProvider { return x.mp }
+
+// TracerProvider is the exporter's TracerProvider (nil with traces off).
+func (x *Exporter) TracerProvider() *sdktrace.TracerProvider { return x.tp }
+
+// Exchange records e in the metrics and, when sampled, exports it as spans.
+func (x *Exporter) Exchange(e *record.Exchange) {
+	x.exchanges.Add(1)
+	if x.m != nil {
+		x.m.exchange(e)
+	}
+	if x.tracer == nil {
+		return
+	}
+	switch {
+	case x.cfg.SlowThreshold >= 0 && e.Duration >= x.cfg.SlowThreshold:
+		x.sampledSlow.Add(1)
+	case x.bucket.take():
+		x.sampledRate.Add(1)
+	default:
+		x.droppedSampling.Add(1)
+		return
+	}
+	x.spans(e)
+}
+
+// ConnOpen counts the connection.
+func (x *Exporter) ConnOpen(c record.ConnOpen) {
+	if x.m != nil {
+		x.m.connOpen(c)
+	}
+}
+
+// ConnClose counts the connection and forgets its turn count.
+func (x *Exporter) ConnClose(c record.ConnClose) {
+	if x.m != nil {
+		x.m.connClose(c)
+	}
+}
+
+// Flush does nothing: the batch processor and the periodic reader batch.
+func (x *Exporter) Flush() {}
+
+// ForceFlush exports what is queued and collects the metrics now.
+func (x *Exporter) ForceFlush(ctx context.Context) error {
+	var errs []error
+	if x.tp != nil {
+		errs = append(errs, x.tp.ForceFlush(ctx))
+	}
+	if x.mp != nil {
+		errs = append(errs, x.mp.ForceFlush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown flushes and stops both providers.
+func (x *Exporter) Shutdown(ctx context.Context) error {
+	var errs []error
+	x.shutdownOnce.Do(func() {
+		if x.tp != nil {
+			errs = append(errs, x.tp.Shutdown(ctx))
+		}
+		if x.mp != nil {
+			errs = append(errs, x.mp.Shutdown(ctx))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Stats returns the counters.
+func (x *Exporter) Stats() Stats {
+	s := Stats{
+		Exchanges:       x.exchanges.Load(),
+		SampledSlow:     x.sampledSlow.Load(),
+		SampledRate:     x.sampledRate.Load(),
+		DroppedSampling: x.droppedSampling.Load(),
+		DroppedQueue:    x.droppedQueue.Load(),
+		SpansQueued:     x.spansQueued.Load(),
+		SpansExported:   x.spansExported.Load(),
+		SpansFailed:     x.spansFailed.Load(),
+		ExportErrors:    x.exportErrors.Load(),
+		MetricErrors:    x.metricErrors.Load(),
+	}
+	if x.m != nil {
+		s.PeerPairs, s.PeerOverflow = x.m.pairStats()
+	}
+	return s
+}
+
+// countingSpanExporter counts what the batch processor hands over.
+type countingSpanExporter struct {
+	sdktrace.SpanExporter
+	x *Exporter
+}
+
+func (c *countingSpanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	c.x.pending.Add(-int64(len(spans)))
+	err := c.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		c.x.exportErrors.Add(1)
+		c.x.spansFailed.Add(uint64(len(spans)))
+	} else {
+		c.x.spansExported.Add(uint64(len(spans)))
+	}
+	return err
+}
+
+// countingMetricExporter counts failed metric exports.
+type countingMetricExporter struct {
+	sdkmetric.Exporter
+	x *Exporter
+}
+
+func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	err := c.Exporter.Export(ctx, rm)
+	if err != nil {
+		c.x.metricErrors.Add(1)
+	}
+	return err
+}

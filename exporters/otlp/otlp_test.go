@@ -1,0 +1,388 @@
+package otlp_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/tests/otelcol"
+)
+
+const wait = 30 * time.Second
+
+const ms = time.Millisecond
+
+// requester builds a requester exchange that ended just now: connect 2 ms,
+// send_wait 1 ms, network 20 ms, peer 10 ms, receive 2 ms, local_read 1 ms.
+func requester(isnC, isnS, seq uint32) *record.Exchange {
+	c := record.Components{
+		Handshake: 2 * ms, SendWait: 1 * ms, SendWaitCwnd: 1 * ms,
+		Network: 20 * ms, Propagation: 18 * ms, Queueing: 2 * ms,
+		Peer: 10 * ms, Receive: 2 * ms, LocalRead: 1 * ms,
+	}
+	end := record.Now()
+	start := end - record.Mono(c.Sum())
+	at := func(d time.Duration) record.Mono { return start + record.Mono(d) }
+	return &record.Exchange{
+		Time:   end,
+		Cookie: 42,
+		Flow: record.Flow{
+			Local:  netip.MustParseAddrPort("10.0.0.1:40000"),
+			Remote: netip.MustParseAddrPort("10.0.0.2:8080"),
+		},
+		Owner:    record.Owner{PID: 1234, TID: 1234, Comm: "curl"},
+		Role:     record.Requester,
+		ConnRole: record.RoleClient,
+		Timeline: record.Timeline{
+			Connect: start, Established: at(2 * ms), W0: at(2 * ms), W1: at(2*ms + 100*time.Microsecond),
+			X1: at(3 * ms), A1: at(23 * ms), R0: at(33 * ms), R1: at(35 * ms), D1: at(36 * ms),
+		},
+		Start: start, End: at(c.Sum()), Duration: c.Sum(), Components: c,
+		BytesOut: 100, BytesIn: 5000, Retransmits: 1, RTOs: 0, Turns: 2,
+		MinRTT: 18 * ms, SRTT: 20 * ms, PathRTT: 20 * ms, PathMinRTT: 18 * ms,
+		CwndStart: 10, CwndEnd: 12,
+		ISNLocal: isnC, ISNRemote: isnS, OutSeq: seq, InSeq: isnS + 1, First: true,
+	}
+}
+
+// responder builds the other end of requester(isnC, isnS, seq):
+// receive 1 ms, local_read 1 ms, think 7 ms, send_wait 1 ms.
+func responder(isnC, isnS, seq uint32) *record.Exchange {
+	c := record.Components{Receive: 1 * ms, LocalRead: 1 * ms, Think: 7 * ms, SendWait: 1 * ms, SendWaitOther: 1 * ms}
+	end := record.Now()
+	start := end - record.Mono(c.Sum())
+	at := func(d time.Duration) record.Mono { return start + record.Mono(d) }
+	return &record.Exchange{
+		Time:   end,
+		Cookie: 43,
+		Flow: record.Flow{
+			Local:  netip.MustParseAddrPort("10.0.0.2:8080"),
+			Remote: netip.MustParseAddrPort("10.0.0.1:40000"),
+		},
+		Owner:    record.Owner{PID: 99, TID: 99, Comm: "nginx"},
+		Role:     record.Responder,
+		ConnRole: record.RoleServer,
+		Timeline: record.Timeline{R0: start, R1: at(1 * ms), D1: at(2 * ms), W0: at(9 * ms), W1: at(9 * ms), X1: at(10 * ms)},
+		Start:    start, End: at(c.Sum()), Duration: c.Sum(), Components: c,
+		BytesOut: 5000, BytesIn: 100, Turns: 2,
+		ISNLocal: isnS, ISNRemote: isnC, OutSeq: isnS + 1, InSeq: seq,
+	}
+}
+
+func newExporter(t *testing.T, c *otelcol.Collector, cfg otlp.Config) *otlp.Exporter {
+	t.Helper()
+	cfg.Endpoint = c.GRPCEndpoint()
+	cfg.Insecure = true
+	cfg.ServiceVersion = "test"
+	if cfg.BatchTimeout == 0 {
+		cfg.BatchTimeout = 100 * ms
+	}
+	if cfg.MetricInterval == 0 {
+		cfg.MetricInterval = 500 * ms
+	}
+	x, err := otlp.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = x.Shutdown(ctx)
+	})
+	return x
+}
+
+func isExchange(s otelcol.Span) bool { return s.Name == otlp.SpanName }
+
+func num(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case float64:
+		return int64(v)
+	case int:
+		return int64(v)
+	}
+	return -1
+}
+
+func TestSpansBothEnds(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{})
+	req, resp := requester(1000, 2000000, 1001), responder(1000, 2000000, 1001)
+	x.Exchange(req)
+	x.Exchange(resp)
+	x.Flush()
+	now := time.Now()
+
+	all := c.WaitForSpans(t, 2+6+4, wait, nil)
+	byID := map[string]otelcol.Span{}
+	var rq, rs otelcol.Span
+	for _, s := range all {
+		byID[s.SpanID] = s
+		if isExchange(s) {
+			switch s.Attributes["lattrace.role"] {
+			case "requester":
+				rq = s
+			case "responder":
+				rs = s
+			}
+		}
+	}
+	if rq.Name == "" || rs.Name == "" {
+		t.Fatalf("exchange spans missing: %+v", all)
+	}
+	// Both ends in one trace; the responder's parent is the requester.
+	tid, sid, ok := otlp.TraceIDs(req)
+	if !ok || rq.TraceID != tid.String() || rq.SpanID != sid.String() || rq.ParentSpanID != "" {
+		t.Errorf("requester span ids %s/%s parent %q, want %s/%s", rq.TraceID, rq.SpanID, rq.ParentSpanID, tid, sid)
+	}
+	if rs.TraceID != rq.TraceID || rs.ParentSpanID != rq.SpanID {
+		t.Errorf("responder trace %s parent %s, want %s / %s", rs.TraceID, rs.ParentSpanID, rq.TraceID, rq.SpanID)
+	}
+	if rq.Kind != 3 || rs.Kind != 2 {
+		t.Errorf("kinds: requester %d responder %d, want 3 (client) and 2 (server)", rq.Kind, rs.Kind)
+	}
+	// Wall clock and duration.
+	start := time.Unix(0, int64(rq.StartUnixNano))
+	if d := now.Sub(start); d < 0 || d > time.Second {
+		t.Errorf("requester span starts %v before now, want within 1 s", d)
+	}
+	if got := time.Duration(rq.EndUnixNano - rq.StartUnixNano); got != req.Duration {
+		t.Errorf("requester span lasts %v, want %v", got, req.Duration)
+	}
+	// Attributes.
+	want := map[string]any{
+		"network.transport": "tcp", "network.type": "ipv4",
+		"network.peer.address": "10.0.0.2", "network.peer.port": int64(8080),
+		"network.local.address": "10.0.0.1", "network.local.port": int64(40000),
+		"server.address": "10.0.0.2", "server.port": int64(8080),
+		"client.address": "10.0.0.1", "client.port": int64(40000),
+		"process.pid": int64(1234), "process.executable.name": "curl",
+		"lattrace.component.network_ns": int64(20 * ms), "lattrace.component.peer_ns": int64(10 * ms),
+		"lattrace.turns": int64(2), "lattrace.retransmits": int64(1), "lattrace.min_rtt_ns": int64(18 * ms),
+		"lattrace.cwnd_start": int64(10), "lattrace.cwnd_end": int64(12), "lattrace.bytes_in": int64(5000),
+		"lattrace.cwnd_restart": false,
+	}
+	for k, v := range want {
+		got := rq.Attributes[k]
+		if _, isNum := v.(int64); isNum {
+			got = num(got)
+		}
+		if got != v {
+			t.Errorf("requester %s = %v (%T), want %v", k, rq.Attributes[k], rq.Attributes[k], v)
+		}
+	}
+	if rs.Attributes["server.address"] != "10.0.0.2" || num(rs.Attributes["server.port"]) != 8080 ||
+		rs.Attributes["client.address"] != "10.0.0.1" || rs.Attributes["process.executable.name"] != "nginx" {
+		t.Errorf("responder attributes %v", rs.Attributes)
+	}
+	if rq.Resource["service.name"] != "lattrace" || rq.Resource["service.version"] != "test" || rq.Resource["host.name"] == nil {
+		t.Errorf("resource %v", rq.Resource)
+	}
+
+	// Children: stages in order, consecutive, durations = components.
+	check := func(parent otelcol.Span, want []string, durs []time.Duration) {
+		t.Helper()
+		var kids []otelcol.Span
+		for _, s := range all {
+			if s.ParentSpanID == parent.SpanID && s.TraceID == parent.TraceID && !isExchange(s) {
+				kids = append(kids, s)
+			}
+		}
+		if len(kids) != len(want) {
+			t.Fatalf("%d children of %s, want %d: %+v", len(kids), parent.Attributes["lattrace.role"], len(want), kids)
+		}
+		// Sort by start time.
+		for i := range kids {
+			for j := i + 1; j < len(kids); j++ {
+				if kids[j].StartUnixNano < kids[i].StartUnixNano {
+					kids[i], kids[j] = kids[j], kids[i]
+				}
+			}
+		}
+		at := parent.StartUnixNano
+		for i, k := range kids {
+			if k.Name != want[i] || time.Duration(k.EndUnixNano-k.StartUnixNano) != durs[i] || k.StartUnixNano != at {
+				t.Errorf("child %d: %s %v at +%v, want %s %v at +%v", i, k.Name,
+					time.Duration(k.EndUnixNano-k.StartUnixNano), time.Duration(k.StartUnixNano-parent.StartUnixNano),
+					want[i], durs[i], time.Duration(at-parent.StartUnixNano))
+			}
+			at = k.EndUnixNano
+		}
+		if at != parent.EndUnixNano {
+			t.Errorf("children end at %d, parent at %d", at, parent.EndUnixNano)
+		}
+	}
+	check(rq, []string{"handshake", "send_wait", "network", "peer", "receive", "local_read"},
+		[]time.Duration{2 * ms, 1 * ms, 20 * ms, 10 * ms, 2 * ms, 1 * ms})
+	check(rs, []string{"receive", "local_read", "think", "send_wait"},
+		[]time.Duration{1 * ms, 1 * ms, 7 * ms, 1 * ms})
+
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := x.Stats()
+	if st.Exchanges != 2 || st.SampledSlow != 2 || st.SpansExported != 12 || st.DroppedQueue != 0 || st.ExportErrors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestNoISNsRandomIDs(t *testing.T) {
+	c := otelcol.Start(t)
+	// The endpoint from the environment, as the SDK reads it.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+c.GRPCEndpoint())
+	t.Setenv("OTEL_SERVICE_NAME", "lattrace-env")
+	x, err := otlp.New(context.Background(), otlp.Config{DisableMetrics: true, BatchTimeout: 100 * ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Shutdown(context.Background())
+	a, b := requester(0, 0, 0), requester(0, 0, 0)
+	x.Exchange(a)
+	x.Exchange(b)
+	spans := c.WaitForSpans(t, 2, wait, isExchange)
+	if spans[0].Resource["service.name"] != "lattrace-env" {
+		t.Errorf("OTEL_SERVICE_NAME ignored: resource %v", spans[0].Resource)
+	}
+	if spans[0].TraceID == spans[1].TraceID {
+		t.Errorf("exchanges without ISNs share trace %s", spans[0].TraceID)
+	}
+}
+
+func TestSampling(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{SlowThreshold: 30 * ms, RatePerSecond: 0.001, Burst: 2})
+	slow := requester(1, 2, 3) // 36 ms
+	x.Exchange(slow)
+	const fast = 20
+	for i := range fast {
+		e := responder(5, 6, uint32(7+i)) // 10 ms
+		x.Exchange(e)
+	}
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * ms) // the file exporter flushes every 100 ms
+	spans := c.WaitForSpans(t, 3, wait, isExchange)
+	if len(spans) != 3 {
+		t.Errorf("%d exchange spans exported, want 3 (1 slow + burst 2)", len(spans))
+	}
+	st := x.Stats()
+	if st.Exchanges != 1+fast || st.SampledSlow != 1 || st.SampledRate != 2 || st.DroppedSampling != fast-2 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// Metrics see every exchange, sampled or not.
+	var count uint64
+	deadline := time.Now().Add(wait)
+	for count != 1+fast && time.Now().Before(deadline) {
+		time.Sleep(200 * ms)
+		count = 0
+		var last *otelcol.Metric
+		for _, m := range c.Metrics() {
+			if m.Name == otlp.MetricDuration {
+				m := m
+				last = &m
+			}
+		}
+		if last != nil {
+			for _, dp := range last.DataPoints {
+				count += dp.Count
+			}
+		}
+	}
+	if count != 1+fast {
+		t.Fatalf("%s count = %d, want %d", otlp.MetricDuration, count, 1+fast)
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Metrics() {
+		seen[m.Name] = true
+		if m.Name == otlp.MetricComponentDuration {
+			for _, dp := range m.DataPoints {
+				if dp.Attributes["lattrace.component"] == nil || dp.Attributes["process.executable.name"] == nil {
+					t.Errorf("component point attributes %v", dp.Attributes)
+				}
+			}
+		}
+	}
+	for _, n := range []string{otlp.MetricComponentDuration, otlp.MetricExchanges, otlp.MetricBytes, otlp.MetricRetransmits, otlp.MetricTurns} {
+		if !seen[n] {
+			t.Errorf("metric %s not received", n)
+		}
+	}
+}
+
+func TestPeerPairCap(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{MaxPeerPairs: 3, DisableTraces: true})
+	for i := range 10 {
+		e := requester(1, 2, 3)
+		e.Flow.Remote = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), 80)
+		x.Exchange(e)
+	}
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := x.Stats()
+	if st.PeerPairs != 3 || st.PeerOverflow != 7 {
+		t.Errorf("stats %+v", st)
+	}
+	m := c.WaitForMetric(t, otlp.MetricDuration, wait)
+	addrs := map[any]uint64{}
+	for _, dp := range m.DataPoints {
+		addrs[dp.Attributes["network.peer.address"]] += dp.Count
+	}
+	if len(addrs) != 4 || addrs[otlp.Other] != 7 {
+		t.Errorf("duration points by peer address %v, want 3 + other=7", addrs)
+	}
+}
+
+func TestCollectorRestart(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, MaxQueueSize: 100})
+	x.Exchange(requester(0, 0, 0))
+	c.WaitForSpans(t, 1, wait, isExchange)
+
+	c.Kill()
+	for range 5 {
+		x.Exchange(requester(0, 0, 0)) // 7 spans each
+	}
+	// Beyond the bound while the collector is down: at most one batch (<=
+	// the queue) is in the exporter's retry loop and the queue holds 100
+	// spans, so 40 more exchanges (280 spans) cannot all fit.
+	for range 40 {
+		x.Exchange(requester(0, 0, 0))
+	}
+	time.Sleep(time.Second)
+	c.Restart()
+	spans := c.WaitForSpans(t, 1+5, wait, isExchange)
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * ms)
+	spans = c.WaitForSpans(t, 1, wait, isExchange)
+	st := x.Stats()
+	t.Logf("after restart: %d exchange spans, stats %+v", len(spans), st)
+	if st.DroppedQueue == 0 {
+		t.Errorf("no exchange dropped for a full queue: %+v", st)
+	}
+	if got := uint64(len(spans)); got != 1+45-st.DroppedQueue {
+		t.Errorf("%d exchange spans arrived, want %d (46 - %d dropped)", got, 1+45-st.DroppedQueue, st.DroppedQueue)
+	}
+}
+
+func TestExportErrorsCounted(t *testing.T) {
+	c := otelcol.Start(t)
+	c.Kill()
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, RetryMaxElapsed: 300 * ms, ExportTimeout: 2 * time.Second})
+	x.Exchange(requester(1, 2, 3))
+	_ = x.ForceFlush(context.Background())
+	st := x.Stats()
+	if st.ExportErrors == 0 || st.SpansFailed != 7 || st.SpansExported != 0 {
+		t.Errorf("stats %+v, want 7 failed spans", st)
+	}
+}
