@@ -1,20 +1,35 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lattrace/lattrace/daemon"
+	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
 func newDaemon() *cobra.Command {
 	var cfg daemon.Config
+	var ox otlp.Config
+	var otlpOn bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "trace every TCP connection on this node and write what it finds",
 		Args:  cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error {
+			// OTLP is on when asked for, or when the standard variable
+			// names an endpoint.
+			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
+				if ox.RatePerSecond < 0 {
+					return usageError{fmt.Errorf("--span-rate %v is negative", ox.RatePerSecond)}
+				}
+				ox.ServiceVersion = Version()
+				cfg.OTLP = &ox
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -30,5 +45,10 @@ func newDaemon() *cobra.Command {
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	f.BoolVar(&otlpOn, "otlp", false, "export OTLP spans and metrics (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT when --otlp-endpoint is not given)")
+	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")
+	f.BoolVar(&ox.Insecure, "otlp-insecure", false, "OTLP without TLS")
+	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow (negative: none)")
+	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
 	return cmd
 }

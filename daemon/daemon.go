@@ -16,6 +16,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
+	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
 // Config is what `lattrace daemon` is told.
@@ -26,6 +27,8 @@ type Config struct {
 	OutputPath string
 	Tracer     tracer.Options
 	Aggregate  aggregate.Config
+	// OTLP, when set, exports spans and metrics to an OpenTelemetry backend.
+	OTLP *otlp.Config
 }
 
 // Outputs the daemon knows.
@@ -59,6 +62,7 @@ type Daemon struct {
 	tracer   *tracer.Tracer
 	agg      *aggregate.Aggregator
 	jsonl    *jsonl.Writer
+	otlp     *otlp.Exporter
 	sinks    fanout
 	closeOut func()
 }
@@ -84,6 +88,28 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			log.Error("JSON lines output failed; records are dropped and counted from now on", "err", err)
 		}
 		d.sinks = append(d.sinks, d.jsonl)
+	}
+	if cfg.OTLP != nil {
+		x, err := otlp.New(context.Background(), *cfg.OTLP)
+		if err != nil {
+			d.closeOut()
+			return nil, fmt.Errorf("OTLP exporter: %w", err)
+		}
+		d.otlp = x
+		d.sinks = append(d.sinks, x)
+		prev := d.closeOut
+		d.closeOut = func() {
+			// The backend may be down: bounded, and what is lost is counted.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := x.Shutdown(ctx); err != nil {
+				log.Warn("OTLP exporter shutdown", "err", err)
+			}
+			st := x.Stats()
+			log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
+				"dropped_sampling", st.DroppedSampling, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
+			prev()
+		}
 	}
 	cfg.Tracer.Logger = log
 	tr, err := tracer.Open(cfg.Tracer)

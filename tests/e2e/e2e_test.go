@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,39 +114,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 // the record was written before it exited: nothing in flight is lost.
 func TestDaemonWritesJSONLines(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "records.jsonl")
-	cmd := exec.Command(lattrace, "daemon", "--output", "jsonl", "--output-file", out)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	ready := make(chan string, 1)
-	var log bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "msg=tracing") {
-				ready <- sc.Text()
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case line, ok := <-ready:
-		if !ok {
-			t.Fatalf("daemon exited before tracing:\n%s", log.String())
-		}
-		var attached, total int
-		if _, err := fmt.Sscanf(line[strings.Index(line, "hooks_attached="):], "hooks_attached=%d hooks_total=%d", &attached, &total); err != nil || attached != total || total == 0 {
-			t.Errorf("not every hook attached on this kernel: %s", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon did not start tracing within 10s")
-	}
+	cmd, log := startDaemon(t, "daemon", "--output", "jsonl", "--output-file", out)
 
 	const sends = 25
 	local := loopbackSends(t, sends)
@@ -245,4 +214,62 @@ func loopbackSends(t *testing.T, n int) string {
 		t.Fatalf("server read %d bytes", b)
 	}
 	return local
+}
+
+// startDaemon runs lattrace with args and waits until it traces, with every
+// hook attached; the returned buffer collects its log.
+func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(lattrace, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	ready := make(chan string, 1)
+	log := &syncBuffer{}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "msg=tracing") {
+				ready <- sc.Text()
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case line, ok := <-ready:
+		if !ok {
+			t.Fatalf("daemon exited before tracing:\n%s", log.String())
+		}
+		var attached, total int
+		if _, err := fmt.Sscanf(line[strings.Index(line, "hooks_attached="):], "hooks_attached=%d hooks_total=%d", &attached, &total); err != nil || attached != total || total == 0 {
+			t.Errorf("not every hook attached on this kernel: %s", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not start tracing within 10s")
+	}
+	return cmd, log
+}
+
+// syncBuffer is a bytes.Buffer safe for the log reader and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteString(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(v)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
