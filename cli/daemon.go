@@ -45,6 +45,7 @@ func newDaemon() *cobra.Command {
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics here (empty: off)")
 	f.BoolVar(&otlpOn, "otlp", false, "export OTLP spans and metrics (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT when --otlp-endpoint is not given)")
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")
 	f.BoolVar(&ox.Insecure, "otlp-insecure", false, "OTLP without TLS")

@@ -17,6 +17,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
 	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/exporters/prometheus"
 )
 
 // Config is what `lattrace daemon` is told.
@@ -29,6 +30,8 @@ type Config struct {
 	Aggregate  aggregate.Config
 	// OTLP, when set, exports spans and metrics to an OpenTelemetry backend.
 	OTLP *otlp.Config
+	// MetricsAddr is where /metrics is served for Prometheus; empty: off.
+	MetricsAddr string
 }
 
 // Outputs the daemon knows.
@@ -63,6 +66,7 @@ type Daemon struct {
 	agg      *aggregate.Aggregator
 	jsonl    *jsonl.Writer
 	otlp     *otlp.Exporter
+	prom     *prometheus.Server
 	sinks    fanout
 	closeOut func()
 }
@@ -89,8 +93,25 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 		d.sinks = append(d.sinks, d.jsonl)
 	}
-	if cfg.OTLP != nil {
-		x, err := otlp.New(context.Background(), *cfg.OTLP)
+	// The latency metrics are OpenTelemetry instruments: pushed over OTLP,
+	// read by /metrics, or both.
+	ocfg := cfg.OTLP
+	if cfg.MetricsAddr != "" {
+		prom, err := prometheus.Listen(cfg.MetricsAddr)
+		if err != nil {
+			d.closeOut()
+			return nil, err
+		}
+		d.prom = prom
+		prev := d.closeOut
+		d.closeOut = func() { prom.Close(); prev() }
+		if ocfg == nil {
+			ocfg = &otlp.Config{DisableTraces: true, DisableMetrics: true}
+		}
+		ocfg.MetricReaders = append(ocfg.MetricReaders, prom.Reader())
+	}
+	if ocfg != nil {
+		x, err := otlp.New(context.Background(), *ocfg)
 		if err != nil {
 			d.closeOut()
 			return nil, fmt.Errorf("OTLP exporter: %w", err)
@@ -105,9 +126,6 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			if err := x.Shutdown(ctx); err != nil {
 				log.Warn("OTLP exporter shutdown", "err", err)
 			}
-			st := x.Stats()
-			log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
-				"dropped_sampling", st.DroppedSampling, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
 			prev()
 		}
 	}
@@ -118,7 +136,38 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.tracer = tr
+	if d.prom != nil {
+		d.registerHealth()
+	}
 	return d, nil
+}
+
+// registerHealth puts the daemon's own counters on /metrics: drops in the
+// kernel, decoding, the aggregator's bounds and the exporter's queue.
+func (d *Daemon) registerHealth() {
+	kernel := func(f func(tracer.Counters) uint64) func() float64 {
+		return func() float64 {
+			c, _ := d.tracer.Counters()
+			return float64(f(c))
+		}
+	}
+	p := d.prom
+	p.Counter("lattrace_ringbuf_full_total", "records lost in the kernel: the ring buffer was full", kernel(func(c tracer.Counters) uint64 { return c.RingbufFull }))
+	p.Counter("lattrace_storage_fail_total", "sockets lattrace could not follow: socket storage allocation failed", kernel(func(c tracer.Counters) uint64 { return c.StorageFail }))
+	p.Counter("lattrace_records_submitted_total", "records the kernel side submitted", kernel(func(c tracer.Counters) uint64 { return c.Submitted }))
+	p.Counter("lattrace_records_decoded_total", "records the daemon decoded", kernel(func(c tracer.Counters) uint64 { return c.Decoded }))
+	p.Counter("lattrace_decode_errors_total", "records the daemon could not decode", kernel(func(c tracer.Counters) uint64 { return c.DecodeErrors }))
+	p.Gauge("lattrace_flows", "flows the aggregator holds", func() float64 { return float64(d.agg.Stats().Flows) })
+	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
+	if d.otlp != nil {
+		x := d.otlp
+		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
+		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
+	}
+	if d.jsonl != nil {
+		j := d.jsonl
+		p.Counter("lattrace_jsonl_dropped_total", "records not written to the JSON lines output", func() float64 { return float64(j.Dropped()) })
+	}
 }
 
 // Aggregator returns the live per-flow and per-peer statistics.
@@ -130,6 +179,13 @@ func (d *Daemon) Tracer() *tracer.Tracer { return d.tracer }
 // Run traces until ctx is done, then drains what the kernel still holds,
 // closes the tracer and the outputs.
 func (d *Daemon) Run(ctx context.Context) error {
+	if d.cfg.OTLP != nil {
+		defer func() { // after the exporter's shutdown below: final numbers
+			st := d.otlp.Stats()
+			d.log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
+				"dropped_sampling", st.DroppedSampling, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
+		}()
+	}
 	defer d.closeOut()
 	defer d.tracer.Close()
 	attached := 0
@@ -141,6 +197,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output)
 
 	go d.reportHealth(ctx)
+	if d.prom != nil {
+		go func() {
+			if err := d.prom.Serve(); err != nil {
+				d.log.Error("metrics server", "err", err)
+			}
+		}()
+	}
 	runErr := d.tracer.Run(ctx, d.sinks)
 	c, err := d.tracer.Counters()
 	if err != nil {

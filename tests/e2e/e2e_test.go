@@ -114,7 +114,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 // the record was written before it exited: nothing in flight is lost.
 func TestDaemonWritesJSONLines(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "records.jsonl")
-	cmd, log := startDaemon(t, "daemon", "--output", "jsonl", "--output-file", out)
+	cmd, log := startDaemon(t, "daemon", "--output", "jsonl", "--output-file", out, "--metrics-addr", "127.0.0.1:0")
 
 	const sends = 25
 	local := loopbackSends(t, sends)

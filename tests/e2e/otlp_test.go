@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,10 +18,24 @@ import (
 // their stage children, and the metrics arrive too.
 func TestDaemonExportsOTLP(t *testing.T) {
 	col := otelcol.Start(t)
+	metrics := freeAddr(t)
 	cmd, log := startDaemon(t, "daemon", "--output", "none", "--otlp-endpoint", col.GRPCEndpoint(), "--otlp-insecure",
-		"--span-slow-threshold", "0s")
+		"--span-slow-threshold", "0s", "--metrics-addr", metrics)
 	local := loopbackSends(t, 5)
 	time.Sleep(300 * time.Millisecond)
+	// The same instruments on /metrics, under Prometheus names, beside the
+	// daemon's own health counters.
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"lattrace_exchange_duration_seconds_count", "lattrace_records_decoded_total", "lattrace_ringbuf_full_total 0", "lattrace_flows "} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -52,4 +70,14 @@ func portOf(addr string) int64 {
 		return -1
 	}
 	return int64(ap.Port())
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -1,0 +1,77 @@
+// Package prometheus serves lattrace's metrics on /metrics for Prometheus to
+// scrape. The latency metrics are the same OpenTelemetry instruments the
+// OTLP exporter pushes, read through the OpenTelemetry Prometheus exporter,
+// so both backends see one set of names (converted to Prometheus
+// conventions: lattrace.exchange.duration in seconds becomes
+// lattrace_exchange_duration_seconds). The daemon's own health counters are
+// registered beside them.
+package prometheus
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Server is a /metrics endpoint with its own registry.
+type Server struct {
+	reg    *prometheus.Registry
+	reader sdkmetric.Reader
+	ln     net.Listener
+	srv    *http.Server
+}
+
+// Listen opens addr (host:port) and prepares the registry; Serve answers.
+func Listen(addr string) (*Server, error) {
+	reg := prometheus.NewRegistry()
+	reader, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return &Server{reg: reg, reader: reader, ln: ln,
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// Reader is the OpenTelemetry metric reader to add to the MeterProvider.
+func (s *Server) Reader() sdkmetric.Reader { return s.reader }
+
+// Addr is where the server listens.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Counter registers a monotonic counter read from f at each scrape.
+func (s *Server) Counter(name, help string, f func() float64) {
+	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}
+
+// Gauge registers a gauge read from f at each scrape.
+func (s *Server) Gauge(name, help string, f func() float64) {
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// Serve answers until Close.
+func (s *Server) Serve() error {
+	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Close stops the server, and its listener when Serve never ran.
+func (s *Server) Close() error {
+	s.ln.Close()
+	return s.srv.Close()
+}
