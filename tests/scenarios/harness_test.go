@@ -31,6 +31,7 @@ const port = 7000
 type collector struct {
 	mu        sync.Mutex
 	netns     map[uint32]bool
+	also      tracer.Sink
 	exchanges []*record.Exchange
 	opens     []record.ConnOpen
 	closes    []record.ConnClose
@@ -40,6 +41,9 @@ func (c *collector) keep(f record.Flow) bool { return c.netns[f.Netns] }
 
 func (c *collector) Exchange(e *record.Exchange) {
 	if c.keep(e.Flow) {
+		if c.also != nil {
+			c.also.Exchange(e)
+		}
 		c.mu.Lock()
 		c.exchanges = append(c.exchanges, e)
 		c.mu.Unlock()
@@ -71,6 +75,9 @@ type scenario struct {
 	tr             *tracer.Tracer
 	col            *collector
 	netnsA, netnsB uint32
+	// also receives every record the lab's namespaces produce (an exporter
+	// under test); set before startTracer.
+	also tracer.Sink
 }
 
 func netnsInode(t *testing.T, name string) uint32 {
@@ -108,6 +115,7 @@ func (s *scenario) startTracer(opts tracer.Options) {
 		t.Fatalf("tracer: %v (scenarios load BPF programs: run as root)", err)
 	}
 	s.tr = tr
+	s.col.also = s.also
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx, s.col) }()
