@@ -24,6 +24,9 @@ func newDaemon() *cobra.Command {
 			// OTLP is on when asked for, or when the standard variable
 			// names an endpoint.
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
+				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
+					return usageError{fmt.Errorf("--otlp-protocol %q: want %s or %s", p, otlp.ProtocolGRPC, otlp.ProtocolHTTP)}
+				}
 				if ox.RatePerSecond < 0 {
 					return usageError{fmt.Errorf("--span-rate %v is negative", ox.RatePerSecond)}
 				}
@@ -49,6 +52,7 @@ func newDaemon() *cobra.Command {
 	f.BoolVar(&otlpOn, "otlp", false, "export OTLP spans and metrics (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT when --otlp-endpoint is not given)")
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")
 	f.BoolVar(&ox.Insecure, "otlp-insecure", false, "OTLP without TLS")
+	f.StringVar(&ox.Protocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow (negative: none)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
 	return cmd

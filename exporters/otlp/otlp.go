@@ -52,7 +52,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -75,6 +77,8 @@ type Config struct {
 	// Endpoint is host:port of an OTLP/gRPC receiver; empty leaves it to
 	// OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, read by the SDK.
 	Endpoint string
+	// Protocol is ProtocolGRPC (default) or ProtocolHTTP.
+	Protocol string
 	// Insecure disables TLS (with Endpoint).
 	Insecure bool
 	// Headers are sent with every export (also OTEL_EXPORTER_OTLP_HEADERS).
@@ -130,6 +134,12 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.Protocol == "" {
+		c.Protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if c.Protocol == "" {
+		c.Protocol = ProtocolGRPC
+	}
 	if c.MaxQueueSize <= 0 {
 		c.MaxQueueSize = 8192
 	}
@@ -202,6 +212,9 @@ type Exporter struct {
 // when the receiver is down.
 func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	cfg.defaults()
+	if cfg.Protocol != ProtocolGRPC && cfg.Protocol != ProtocolHTTP {
+		return nil, fmt.Errorf("otlp: protocol %q: want %s or %s", cfg.Protocol, ProtocolGRPC, ProtocolHTTP)
+	}
 	x := &Exporter{cfg: cfg}
 	x.clock.init(cfg.ClockResyncInterval)
 	x.bucket.init(cfg.RatePerSecond, cfg.Burst)
@@ -219,27 +232,8 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		return nil, fmt.Errorf("otlp: resource: %w", err)
 	}
 
-	dial := otlptracegrpc.WithDialOption(grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-		MinConnectTimeout: 5 * time.Second,
-	}))
 	if !cfg.DisableTraces {
-		opts := []otlptracegrpc.Option{
-			dial,
-			otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{
-				Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed,
-			}),
-		}
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracegrpc.WithEndpoint(cfg.Endpoint))
-			if cfg.Insecure {
-				opts = append(opts, otlptracegrpc.WithInsecure())
-			}
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(cfg.Headers))
-		}
-		exp, err := otlptracegrpc.New(ctx, opts...)
+		exp, err := newSpanExporter(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("otlp: trace exporter: %w", err)
 		}
@@ -266,25 +260,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 			sdkmetric.WithCardinalityLimit(cfg.MaxPeerPairs*16 + 100),
 		}
 		if !cfg.DisableMetrics {
-			o := []otlpmetricgrpc.Option{
-				otlpmetricgrpc.WithDialOption(grpc.WithConnectParams(grpc.ConnectParams{
-					Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-					MinConnectTimeout: 5 * time.Second,
-				})),
-				otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{
-					Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed,
-				}),
-			}
-			if cfg.Endpoint != "" {
-				o = append(o, otlpmetricgrpc.WithEndpoint(cfg.Endpoint))
-				if cfg.Insecure {
-					o = append(o, otlpmetricgrpc.WithInsecure())
-				}
-			}
-			if len(cfg.Headers) > 0 {
-				o = append(o, otlpmetricgrpc.WithHeaders(cfg.Headers))
-			}
-			mexp, err := otlpmetricgrpc.New(ctx, o...)
+			mexp, err := newMetricExporter(ctx, cfg)
 			if err != nil {
 				if x.tp != nil {
 					_ = x.tp.Shutdown(ctx)
@@ -429,4 +405,75 @@ func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.Reso
 		c.x.metricErrors.Add(1)
 	}
 	return err
+}
+
+// Protocols the exporter speaks (OTEL_EXPORTER_OTLP_PROTOCOL's values).
+const (
+	ProtocolGRPC = "grpc"
+	ProtocolHTTP = "http/protobuf"
+)
+
+// grpcConnect caps gRPC's reconnect backoff so a backend that comes back is
+// found within seconds.
+var grpcConnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+})
+
+func newSpanExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
+	if cfg.Protocol == ProtocolHTTP {
+		o := []otlptracehttp.Option{otlptracehttp.WithRetry(otlptracehttp.RetryConfig{
+			Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed})}
+		if cfg.Endpoint != "" {
+			o = append(o, otlptracehttp.WithEndpoint(cfg.Endpoint))
+			if cfg.Insecure {
+				o = append(o, otlptracehttp.WithInsecure())
+			}
+		}
+		if len(cfg.Headers) > 0 {
+			o = append(o, otlptracehttp.WithHeaders(cfg.Headers))
+		}
+		return otlptracehttp.New(ctx, o...)
+	}
+	o := []otlptracegrpc.Option{otlptracegrpc.WithDialOption(grpcConnect), otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{
+		Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed})}
+	if cfg.Endpoint != "" {
+		o = append(o, otlptracegrpc.WithEndpoint(cfg.Endpoint))
+		if cfg.Insecure {
+			o = append(o, otlptracegrpc.WithInsecure())
+		}
+	}
+	if len(cfg.Headers) > 0 {
+		o = append(o, otlptracegrpc.WithHeaders(cfg.Headers))
+	}
+	return otlptracegrpc.New(ctx, o...)
+}
+
+func newMetricExporter(ctx context.Context, cfg Config) (sdkmetric.Exporter, error) {
+	if cfg.Protocol == ProtocolHTTP {
+		o := []otlpmetrichttp.Option{otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{
+			Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed})}
+		if cfg.Endpoint != "" {
+			o = append(o, otlpmetrichttp.WithEndpoint(cfg.Endpoint))
+			if cfg.Insecure {
+				o = append(o, otlpmetrichttp.WithInsecure())
+			}
+		}
+		if len(cfg.Headers) > 0 {
+			o = append(o, otlpmetrichttp.WithHeaders(cfg.Headers))
+		}
+		return otlpmetrichttp.New(ctx, o...)
+	}
+	o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithDialOption(grpcConnect), otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{
+		Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: cfg.RetryMaxElapsed})}
+	if cfg.Endpoint != "" {
+		o = append(o, otlpmetricgrpc.WithEndpoint(cfg.Endpoint))
+		if cfg.Insecure {
+			o = append(o, otlpmetricgrpc.WithInsecure())
+		}
+	}
+	if len(cfg.Headers) > 0 {
+		o = append(o, otlpmetricgrpc.WithHeaders(cfg.Headers))
+	}
+	return otlpmetricgrpc.New(ctx, o...)
 }

@@ -386,3 +386,20 @@ func TestExportErrorsCounted(t *testing.T) {
 		t.Errorf("stats %+v, want 7 failed spans", st)
 	}
 }
+
+// OTLP over HTTP reaches the collector's HTTP receiver, spans and metrics.
+func TestHTTPProtocol(t *testing.T) {
+	c := otelcol.Start(t)
+	x, err := otlp.New(context.Background(), otlp.Config{Protocol: otlp.ProtocolHTTP, Endpoint: c.HTTPEndpoint(), Insecure: true,
+		BatchTimeout: 100 * ms, MetricInterval: 200 * ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Shutdown(context.Background())
+	x.Exchange(requester(11, 12, 13))
+	c.WaitForSpans(t, 1, wait, isExchange)
+	c.WaitForMetric(t, otlp.MetricDuration, wait)
+	if _, err := otlp.New(context.Background(), otlp.Config{Protocol: "carrier-pigeon"}); err == nil {
+		t.Error("an unknown protocol was accepted")
+	}
+}
