@@ -80,30 +80,27 @@ func (t *Tracer) decode(raw []byte, sink Sink) {
 	}
 	switch lattraceLtRecordKind(hdr.Kind) {
 	case lattraceLtRecordKindLT_RECORD_EXCHANGE:
-		x, ok := view[lattraceLtExchange](raw)
-		if !ok {
-			t.decodeErrors.Add(1)
-			return
-		}
-		t.decoded.Add(1)
-		sink.Exchange(exchange(x))
+		ok = deliver(raw, exchange, sink.Exchange)
 	case lattraceLtRecordKindLT_RECORD_CONN_OPEN:
-		c, ok := view[lattraceLtConnOpen](raw)
-		if !ok {
-			t.decodeErrors.Add(1)
-			return
-		}
-		t.decoded.Add(1)
-		sink.ConnOpen(connOpen(c))
+		ok = deliver(raw, connOpen, sink.ConnOpen)
 	case lattraceLtRecordKindLT_RECORD_CONN_CLOSE:
-		c, ok := view[lattraceLtConnClose](raw)
-		if !ok {
-			t.decodeErrors.Add(1)
-			return
-		}
-		t.decoded.Add(1)
-		sink.ConnClose(connClose(c))
+		ok = deliver(raw, connClose, sink.ConnClose)
 	default:
+		ok = false
+	}
+	if ok {
+		t.decoded.Add(1)
+	} else {
 		t.decodeErrors.Add(1)
 	}
+}
+
+// deliver reads raw as the kernel's type K, converts it and hands it on;
+// false when raw is too short to be a K.
+func deliver[K, R any](raw []byte, convert func(*K) R, to func(R)) bool {
+	k, ok := view[K](raw)
+	if ok {
+		to(convert(k))
+	}
+	return ok
 }
