@@ -17,19 +17,28 @@ import (
 // seeing both namespaces. Each exchange's trace holds the requester's span
 // and, under it, the responder's; the responder's think time sits inside
 // the requester's app.peer, and the stage spans equal the records'
-// components.
+// components (what the JSON lines output writes). The collector goes down
+// halfway and comes back: nothing within the queue bound is lost.
 func TestBothEndsInOneTrace(t *testing.T) {
 	col := otelcol.Start(t)
 	s := newLab(t, symmetric(10*time.Millisecond))
-	x, err := otlp.New(context.Background(), otlp.Config{Endpoint: col.GRPCEndpoint(), Insecure: true, SlowThreshold: 0, MetricInterval: time.Second})
+	x, err := otlp.New(context.Background(), otlp.Config{Endpoint: col.GRPCEndpoint(), Insecure: true, SlowThreshold: 0, MetricInterval: time.Second, BatchTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.also = x
 	s.startTracer(tracer.Options{})
 	s.server(workload.ServerConfig{})
-	recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Think: 15 * time.Millisecond, Count: 10, Interval: 40 * time.Millisecond})
+	rr := workload.ClientConfig{ReqSize: 200, RespSize: 2000, Think: 15 * time.Millisecond, Count: 10, Interval: 40 * time.Millisecond}
+	recs := s.client(rr)
+	// The backend goes down mid-run (a graceful stop, so that what it had
+	// already acknowledged is on disk) and comes back: the spans of the
+	// exchanges made meanwhile wait in the bounded queue and all arrive.
+	col.Stop()
+	recs = append(recs, s.client(rr)...)
 	s.settle(recs)
+	time.Sleep(time.Second) // exports fail and are retried meanwhile
+	col.Restart()
 	if err := x.ForceFlush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -87,5 +96,11 @@ func TestBothEndsInOneTrace(t *testing.T) {
 			}
 		}
 	}
+	st := x.Stats()
+	t.Logf("exporter: %+v", st)
+	if st.DroppedQueue != 0 || st.SpansFailed != 0 || st.DroppedSampling != 0 {
+		t.Errorf("spans lost within the queue bound: %+v", st)
+	}
+	col.WaitForMetric(t, otlp.MetricDuration, 15*time.Second)
 	x.Shutdown(context.Background())
 }
