@@ -12,7 +12,10 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/containers"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
@@ -60,15 +63,17 @@ func (c Config) Validate() error {
 
 // Daemon is a running tracer with its aggregator and outputs.
 type Daemon struct {
-	cfg      Config
-	log      *slog.Logger
-	tracer   *tracer.Tracer
-	agg      *aggregate.Aggregator
-	jsonl    *jsonl.Writer
-	otlp     *otlp.Exporter
-	prom     *prometheus.Server
-	sinks    fanout
-	closeOut func()
+	cfg    Config
+	log    *slog.Logger
+	tracer *tracer.Tracer
+	agg    *aggregate.Aggregator
+	jsonl  *jsonl.Writer
+	otlp   *otlp.Exporter
+	prom   *prometheus.Server
+	// containers names each owner's container before any sink sees it.
+	containers *containers.Resolver
+	sinks      fanout
+	closeOut   func()
 }
 
 // New loads the tracer and opens the outputs; Run then traces.
@@ -78,6 +83,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: log, agg: aggregate.New(cfg.Aggregate), closeOut: func() {}}
 	d.sinks = fanout{aggregatorSink{d.agg}}
+	if root, err := tracer.Cgroup2Root(); err == nil {
+		d.containers = containers.New(root)
+	}
 	if cfg.Output == "jsonl" {
 		var out io.Writer = os.Stdout
 		if cfg.OutputPath != "" && cfg.OutputPath != "-" {
@@ -118,6 +126,17 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 		d.otlp = x
 		d.sinks = append(d.sinks, x)
+		if mp := x.MeterProvider(); mp != nil {
+			_, err := mp.Meter("github.com/lattrace/lattrace/daemon").Int64ObservableGauge("lattrace.flows",
+				metric.WithDescription("TCP flows lattrace holds statistics for"),
+				metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+					o.Observe(int64(d.agg.Stats().Flows))
+					return nil
+				}))
+			if err != nil {
+				log.Warn("flows gauge", "err", err)
+			}
+		}
 		prev := d.closeOut
 		d.closeOut = func() {
 			// The backend may be down: bounded, and what is lost is counted.
@@ -157,7 +176,6 @@ func (d *Daemon) registerHealth() {
 	p.Counter("lattrace_records_submitted_total", "records the kernel side submitted", kernel(func(c tracer.Counters) uint64 { return c.Submitted }))
 	p.Counter("lattrace_records_decoded_total", "records the daemon decoded", kernel(func(c tracer.Counters) uint64 { return c.Decoded }))
 	p.Counter("lattrace_decode_errors_total", "records the daemon could not decode", kernel(func(c tracer.Counters) uint64 { return c.DecodeErrors }))
-	p.Gauge("lattrace_flows", "flows the aggregator holds", func() float64 { return float64(d.agg.Stats().Flows) })
 	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
 	if d.otlp != nil {
 		x := d.otlp
@@ -204,7 +222,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	runErr := d.tracer.Run(ctx, d.sinks)
+	var sink tracer.Sink = d.sinks
+	if d.containers != nil {
+		sink = containerSink{d.sinks, d.containers}
+	}
+	runErr := d.tracer.Run(ctx, sink)
 	c, err := d.tracer.Counters()
 	if err != nil {
 		d.log.Warn("reading counters", "err", err)
@@ -283,6 +305,22 @@ func (f fanout) Flush() {
 	for _, s := range f {
 		s.Flush()
 	}
+}
+
+// containerSink fills in the owner's container before passing records on.
+type containerSink struct {
+	fanout
+	r *containers.Resolver
+}
+
+func (c containerSink) Exchange(e *record.Exchange) {
+	e.Owner.ContainerID = c.r.ContainerID(e.Owner.CgroupID)
+	c.fanout.Exchange(e)
+}
+
+func (c containerSink) ConnClose(r record.ConnClose) {
+	r.Owner.ContainerID = c.r.ContainerID(r.Owner.CgroupID)
+	c.fanout.ConnClose(r)
 }
 
 // aggregatorSink feeds the aggregator and, once per drain, retires what

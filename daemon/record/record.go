@@ -31,6 +31,9 @@ type Owner struct {
 	TID      uint32 `json:"tid"`
 	CgroupID uint64 `json:"cgroup_id"`
 	Comm     string `json:"comm"`
+	// ContainerID is the container the process runs in, when it runs in
+	// one (from the cgroup's name); filled in by the daemon.
+	ContainerID string `json:"container_id,omitempty"`
 }
 
 // Role says which end of the connection is local.

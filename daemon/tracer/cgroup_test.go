@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 // TestCgroupFilter: with a cgroup given, sockets of tasks outside it are not
 // traced and those of tasks inside are.
 func TestCgroupFilter(t *testing.T) {
-	root, err := cgroup2Root()
+	root, err := Cgroup2Root()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,16 @@ func TestCgroupFilter(t *testing.T) {
 	move(cg)
 	inside := loopbackConn(t)
 	move(home)
-	col.find(t, inside)
+	in := col.find(t, inside)
+	// The cgroup id the kernel records is the cgroup directory's inode,
+	// which is how package containers names the container.
+	var st syscall.Stat_t
+	if err := syscall.Stat(cg, &st); err != nil {
+		t.Fatal(err)
+	}
+	if in.Owner.CgroupID != st.Ino {
+		t.Errorf("owner cgroup id %d, the cgroup's inode %d", in.Owner.CgroupID, st.Ino)
+	}
 	time.Sleep(100 * time.Millisecond)
 	col.mu.Lock()
 	defer col.mu.Unlock()

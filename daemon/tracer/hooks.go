@@ -60,9 +60,9 @@ func attachSockops(p *ebpf.Program, o Options) (link.Link, error) {
 	return link.AttachCgroup(link.CgroupOptions{Path: o.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
 }
 
-// cgroup2Root finds where the unified cgroup hierarchy is mounted: at
+// Cgroup2Root finds where the unified cgroup hierarchy is mounted: at
 // /sys/fs/cgroup on most systems, /sys/fs/cgroup/unified on hybrid ones.
-func cgroup2Root() (string, error) {
+func Cgroup2Root() (string, error) {
 	f, err := os.Open("/proc/self/mounts")
 	if err != nil {
 		return "", err

@@ -81,7 +81,7 @@ func Open(opts Options) (*Tracer, error) {
 	// whole node (sockops still needs a cgroup: the root).
 	filter := opts.CgroupPath != ""
 	if !filter {
-		if opts.CgroupPath, err = cgroup2Root(); err != nil {
+		if opts.CgroupPath, err = Cgroup2Root(); err != nil {
 			return nil, err
 		}
 	}

@@ -89,6 +89,9 @@ type Config struct {
 	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override them.
 	ServiceVersion string
 	HostName       string
+	// NodeName is the resource's k8s.node.name (default: $NODE_NAME, which
+	// the DaemonSet sets from the downward API); omitted when empty.
+	NodeName string
 
 	// SlowThreshold: every exchange at least this long is exported as a
 	// span; zero exports every exchange, a negative value turns the rule
@@ -167,6 +170,9 @@ func (c *Config) defaults() {
 	if c.ClockResyncInterval <= 0 {
 		c.ClockResyncInterval = time.Second
 	}
+	if c.NodeName == "" {
+		c.NodeName = os.Getenv("NODE_NAME")
+	}
 	if c.HostName == "" {
 		c.HostName, _ = os.Hostname()
 	}
@@ -220,11 +226,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	x.bucket.init(cfg.RatePerSecond, cfg.Burst)
 
 	res, err := resource.New(ctx,
-		resource.WithAttributes(
-			attribute.String("service.name", "lattrace"),
-			attribute.String("service.version", cfg.ServiceVersion),
-			attribute.String("host.name", cfg.HostName),
-		),
+		resource.WithAttributes(resourceAttrs(cfg)...),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // last: OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win
 	)
@@ -476,4 +478,16 @@ func newMetricExporter(ctx context.Context, cfg Config) (sdkmetric.Exporter, err
 		o = append(o, otlpmetricgrpc.WithHeaders(cfg.Headers))
 	}
 	return otlpmetricgrpc.New(ctx, o...)
+}
+
+func resourceAttrs(cfg Config) []attribute.KeyValue {
+	kv := []attribute.KeyValue{
+		attribute.String("service.name", "lattrace"),
+		attribute.String("service.version", cfg.ServiceVersion),
+		attribute.String("host.name", cfg.HostName),
+	}
+	if cfg.NodeName != "" {
+		kv = append(kv, attribute.String("k8s.node.name", cfg.NodeName))
+	}
+	return kv
 }

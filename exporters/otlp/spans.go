@@ -156,7 +156,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 	if e.Role == record.Responder {
 		server, client = local, remote
 	}
-	return []attribute.KeyValue{
+	kv := []attribute.KeyValue{
 		attribute.String("network.transport", "tcp"),
 		attribute.String("network.type", netType),
 		attribute.String("network.peer.address", remote.Addr().Unmap().String()),
@@ -202,6 +202,10 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.first", e.First),
 		attribute.Bool("lattrace.partial", e.Partial),
 	}
+	if e.Owner.ContainerID != "" {
+		kv = append(kv, attribute.String("container.id", e.Owner.ContainerID))
+	}
+	return kv
 }
 
 // key names an exchange at both ends: (client ISN, server ISN, request

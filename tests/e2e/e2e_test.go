@@ -222,6 +222,7 @@ func loopbackSends(t *testing.T, n int) string {
 func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(lattrace, args...)
+	cmd.Env = append(os.Environ(), "NODE_NAME=node-e2e")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +24,10 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	metrics := freeAddr(t)
 	cmd, log := startDaemon(t, "daemon", "--output", "none", "--otlp-endpoint", col.GRPCEndpoint(), "--otlp-insecure",
 		"--span-slow-threshold", "0s", "--metrics-addr", metrics)
-	local := loopbackSends(t, 5)
+	// The traffic comes from a cgroup named the way containerd names a
+	// container's, so the span must carry that container's id.
+	container := strings.Repeat("c0ffee", 10) + "beef"
+	local := inCgroup(t, "cri-containerd-"+container+".scope", func() string { return loopbackSends(t, 5) })
 	time.Sleep(300 * time.Millisecond)
 	// The same instruments on /metrics, under Prometheus names, beside the
 	// daemon's own health counters.
@@ -31,7 +37,7 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"lattrace_exchange_duration_seconds_count", "lattrace_records_decoded_total", "lattrace_ringbuf_full_total 0", "lattrace_flows "} {
+	for _, want := range []string{"lattrace_exchange_duration_seconds_count", "lattrace_records_decoded_total", "lattrace_ringbuf_full_total 0", "lattrace_flows{"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -47,7 +53,8 @@ func TestDaemonExportsOTLP(t *testing.T) {
 			s.Attributes["network.local.address"] == "127.0.0.1" && portOf(local) == s.Attributes["network.local.port"]
 	})
 	ex := spans[0]
-	if ex.Attributes["network.transport"] != "tcp" || ex.Attributes["lattrace.role"] != "requester" || ex.Resource["service.name"] != "lattrace" {
+	if ex.Attributes["network.transport"] != "tcp" || ex.Attributes["lattrace.role"] != "requester" || ex.Resource["service.name"] != "lattrace" ||
+		ex.Resource["k8s.node.name"] != "node-e2e" || ex.Attributes["container.id"] != container {
 		t.Errorf("span attributes %v, resource %v", ex.Attributes, ex.Resource)
 	}
 	children := 0
@@ -80,4 +87,45 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// inCgroup runs fn with this process moved into a new cgroup v2 directory
+// of that name, and moves it back.
+func inCgroup(t *testing.T, name string, fn func() string) string {
+	t.Helper()
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[2] == "cgroup2" {
+			root = f[1]
+		}
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil || root == "" {
+		t.Fatalf("no cgroup v2: %v", err)
+	}
+	home := root
+	for _, l := range strings.Split(string(self), "\n") {
+		if strings.HasPrefix(l, "0::") {
+			home = filepath.Join(root, strings.TrimPrefix(l, "0::"))
+		}
+	}
+	dir := filepath.Join(root, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Kept until the test ends: the daemon resolves the cgroup when it
+	// drains the record, after fn returns.
+	t.Cleanup(func() { os.Remove(dir) })
+	move := func(to string) {
+		if err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0); err != nil {
+			t.Fatalf("moving into %s: %v", to, err)
+		}
+	}
+	move(dir)
+	defer move(home)
+	return fn()
 }
