@@ -16,6 +16,7 @@ func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
 	var otlpOn bool
+	var maxPairs int
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "trace every TCP connection on this node and write what it finds",
@@ -23,6 +24,10 @@ func newDaemon() *cobra.Command {
 		PreRunE: func(*cobra.Command, []string) error {
 			// OTLP is on when asked for, or when the standard variable
 			// names an endpoint.
+			if maxPairs < 1 {
+				return usageError{fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", maxPairs)}
+			}
+			cfg.MaxPeerPairs = maxPairs
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
 					return usageError{fmt.Errorf("--otlp-protocol %q: want %s or %s", p, otlp.ProtocolGRPC, otlp.ProtocolHTTP)}
@@ -48,6 +53,7 @@ func newDaemon() *cobra.Command {
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	f.IntVar(&maxPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics here (empty: off)")
 	f.BoolVar(&otlpOn, "otlp", false, "export OTLP spans and metrics (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT when --otlp-endpoint is not given)")
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")

@@ -35,6 +35,8 @@ type Config struct {
 	OTLP *otlp.Config
 	// MetricsAddr is where /metrics is served for Prometheus; empty: off.
 	MetricsAddr string
+	// MaxPeerPairs bounds the metrics' peer-pair series (0: the default).
+	MaxPeerPairs int
 }
 
 // Outputs the daemon knows.
@@ -119,6 +121,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		ocfg.MetricReaders = append(ocfg.MetricReaders, prom.Reader())
 	}
 	if ocfg != nil {
+		ocfg.MaxPeerPairs = cfg.MaxPeerPairs
 		x, err := otlp.New(context.Background(), *ocfg)
 		if err != nil {
 			d.closeOut()
@@ -180,6 +183,7 @@ func (d *Daemon) registerHealth() {
 	if d.otlp != nil {
 		x := d.otlp
 		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
+		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })
 		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
 	}
 	if d.jsonl != nil {

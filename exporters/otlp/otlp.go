@@ -192,6 +192,7 @@ type Stats struct {
 	MetricErrors    uint64 // failed metric export calls
 	PeerPairs       uint64 // distinct peer pairs in the metrics
 	PeerOverflow    uint64 // exchanges folded into the "other" pair
+	QueueDepth      uint64 // spans waiting for export now
 }
 
 // Exporter is a tracer.Sink that exports over OTLP.
@@ -370,6 +371,7 @@ func (x *Exporter) Stats() Stats {
 		SpansFailed:     x.spansFailed.Load(),
 		ExportErrors:    x.exportErrors.Load(),
 		MetricErrors:    x.metricErrors.Load(),
+		QueueDepth:      uint64(max(x.pending.Load(), 0)),
 	}
 	if x.m != nil {
 		s.PeerPairs, s.PeerOverflow = x.m.pairStats()

@@ -89,6 +89,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{"unknown flag", nil, []string{"daemon", "--no-such-flag"}, 2, "unknown flag"},
 		{"bad log level", nil, []string{"--log-level", "loud", "version"}, 2, "--log-level"},
 		{"bad OTLP protocol", nil, []string{"daemon", "--otlp-endpoint", "127.0.0.1:1", "--otlp-protocol", "udp"}, 2, "--otlp-protocol"},
+		{"no peer pairs", nil, []string{"daemon", "--metrics-max-peer-pairs", "0"}, 2, "--metrics-max-peer-pairs"},
 		{"unknown command", nil, []string{"bogus"}, 2, `unknown command "bogus"`},
 		{"stray argument", nil, []string{"daemon", "extra"}, 2, "extra"},
 		{"drain interval", nil, []string{"daemon", "--drain-interval", "1ns"}, 2, "outside 1ms..10s"},

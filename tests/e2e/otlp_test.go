@@ -37,7 +37,7 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"lattrace_exchange_duration_seconds_count", "lattrace_records_decoded_total", "lattrace_ringbuf_full_total 0", "lattrace_flows{"} {
+	for _, want := range []string{"lattrace_exchange_duration_seconds_count", "lattrace_records_decoded_total", "lattrace_ringbuf_full_total 0", "lattrace_flows{", "lattrace_export_queue_spans"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
