@@ -155,7 +155,8 @@ type ConnOpen struct {
 	Flow   Flow   `json:"flow"`
 	Role   Role   `json:"role"`
 	// ConnectLatency is SYN sent to ESTABLISHED, for connections this end
-	// opened; for accepted ones, SYN received to ESTABLISHED.
+	// opened; zero for accepted ones (the request socket that saw the SYN
+	// is not followed).
 	ConnectLatency time.Duration `json:"connect_latency_ns"`
 	// HandshakeRTT is the kernel's RTT sample from the handshake.
 	HandshakeRTT time.Duration `json:"handshake_rtt_ns"`
