@@ -72,6 +72,7 @@ func (s *Server) Serve() error {
 
 // Close stops the server, and its listener when Serve never ran.
 func (s *Server) Close() error {
+	err := s.srv.Close() // first: Serve then returns ErrServerClosed
 	s.ln.Close()
-	return s.srv.Close()
+	return err
 }

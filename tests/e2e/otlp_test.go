@@ -48,6 +48,9 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("daemon exit: %v\n%s", err, log.String())
 	}
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("errors logged on a clean run:\n%s", log.String())
+	}
 	spans := col.WaitForSpans(t, 1, 10*time.Second, func(s otelcol.Span) bool {
 		return s.Name == "tcp exchange" && s.Attributes["network.local.port"] != nil &&
 			s.Attributes["network.local.address"] == "127.0.0.1" && portOf(local) == s.Attributes["network.local.port"]
