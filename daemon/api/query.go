@@ -1,0 +1,302 @@
+package api
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+)
+
+// SortKeys are the orders a list can be asked for, largest first.
+var SortKeys = []string{"p99", "p50", "rate", "retrans", "turns", "exchanges"}
+
+// DefaultSort is the order when none is asked for: the slowest first.
+const DefaultSort = "p99"
+
+// Query selects and orders a list.
+type Query struct {
+	// Sort is one of SortKeys ("" is DefaultSort).
+	Sort string
+	// Limit caps the list after sorting; 0 returns everything.
+	Limit  int
+	Filter Filter
+}
+
+// Filter keeps the entries matching every field set.
+type Filter struct {
+	// Comm is a substring of the owning process's name.
+	Comm string
+	PID  uint32
+	// Port matches the local or the remote port.
+	Port uint16
+	// Addr matches the local or the remote address (an address or a CIDR
+	// prefix; IPv4-mapped IPv6 addresses match their IPv4 form).
+	Addr netip.Prefix
+	// Netns is the network namespace's inode number.
+	Netns uint32
+	// Container is a prefix of the container id.
+	Container string
+	// Text is free text matched against all of the above.
+	Text string
+}
+
+// filterKeys are the key:value words of ParseFilter and the query
+// parameters of the list endpoints.
+var filterKeys = []string{"comm", "pid", "port", "addr", "netns", "container", "q"}
+
+// ParseFilter reads the filter a person types: words like "comm:curl
+// port:8080 addr:10.0.0.0/8 netns:4026531840 pid:42 container:3f2a", any
+// other word being free text.
+func ParseFilter(s string) (Filter, error) {
+	var f Filter
+	for _, w := range strings.Fields(s) {
+		k, v, ok := strings.Cut(w, ":")
+		if !ok || !slices.Contains(filterKeys, k) || k == "q" {
+			// An address like ::1 or 10.0.0.1:80 is free text, not a key.
+			f.Text = strings.TrimSpace(f.Text + " " + w)
+			continue
+		}
+		if err := f.set(k, v); err != nil {
+			return Filter{}, err
+		}
+	}
+	return f, nil
+}
+
+func (f *Filter) set(k, v string) error {
+	switch k {
+	case "comm":
+		f.Comm = v
+	case "container":
+		f.Container = v
+	case "q":
+		f.Text = v
+	case "pid":
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("pid %q is not a process id", v)
+		}
+		f.PID = uint32(n)
+	case "port":
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || n == 0 {
+			return fmt.Errorf("port %q is not a port number (1-65535)", v)
+		}
+		f.Port = uint16(n)
+	case "netns":
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("netns %q is not a namespace inode number", v)
+		}
+		f.Netns = uint32(n)
+	case "addr":
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return fmt.Errorf("addr %q is not an IP address or prefix", v)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		f.Addr = p.Masked()
+	}
+	return nil
+}
+
+// String writes f back in ParseFilter's syntax.
+func (f Filter) String() string {
+	var w []string
+	add := func(k, v string) { w = append(w, k+":"+v) }
+	if f.Comm != "" {
+		add("comm", f.Comm)
+	}
+	if f.PID != 0 {
+		add("pid", strconv.FormatUint(uint64(f.PID), 10))
+	}
+	if f.Port != 0 {
+		add("port", strconv.FormatUint(uint64(f.Port), 10))
+	}
+	if f.Addr.IsValid() {
+		add("addr", f.Addr.String())
+	}
+	if f.Netns != 0 {
+		add("netns", strconv.FormatUint(uint64(f.Netns), 10))
+	}
+	if f.Container != "" {
+		add("container", f.Container)
+	}
+	if f.Text != "" {
+		w = append(w, f.Text)
+	}
+	return strings.Join(w, " ")
+}
+
+// Empty reports whether f keeps everything.
+func (f Filter) Empty() bool { return f == Filter{} }
+
+// Values encodes q as the list endpoints' query parameters.
+func (q Query) Values() url.Values {
+	v := url.Values{}
+	if q.Sort != "" {
+		v.Set("sort", q.Sort)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	f := q.Filter
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("comm", f.Comm)
+	set("container", f.Container)
+	set("q", f.Text)
+	if f.PID != 0 {
+		v.Set("pid", strconv.FormatUint(uint64(f.PID), 10))
+	}
+	if f.Port != 0 {
+		v.Set("port", strconv.FormatUint(uint64(f.Port), 10))
+	}
+	if f.Netns != 0 {
+		v.Set("netns", strconv.FormatUint(uint64(f.Netns), 10))
+	}
+	if f.Addr.IsValid() {
+		v.Set("addr", f.Addr.String())
+	}
+	return v
+}
+
+// ParseQuery reads the list endpoints' query parameters; unknown ones and
+// bad values are errors that name the parameter.
+func ParseQuery(v url.Values) (Query, error) {
+	var q Query
+	for k, vals := range v {
+		if len(vals) != 1 {
+			return Query{}, fmt.Errorf("parameter %q given %d times", k, len(vals))
+		}
+		val := vals[0]
+		switch {
+		case k == "sort":
+			if !slices.Contains(SortKeys, val) {
+				return Query{}, fmt.Errorf("sort %q is not one of %s", val, strings.Join(SortKeys, ", "))
+			}
+			q.Sort = val
+		case k == "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return Query{}, fmt.Errorf("limit %q is not a count (0 for no limit)", val)
+			}
+			q.Limit = n
+		case slices.Contains(filterKeys, k):
+			if err := q.Filter.set(k, val); err != nil {
+				return Query{}, err
+			}
+		default:
+			return Query{}, fmt.Errorf("unknown parameter %q (known: sort, limit, %s)", k, strings.Join(filterKeys, ", "))
+		}
+	}
+	return q, nil
+}
+
+// MatchFlow reports whether fl passes the filter.
+func (f Filter) MatchFlow(fl *Flow) bool {
+	o := &fl.Owner
+	return f.match(o.Comm, o.PID, o.ContainerID, fl.Flow.Netns,
+		[]netip.AddrPort{fl.Flow.Local, fl.Flow.Remote}, fl.ID)
+}
+
+// MatchPeer reports whether p passes the filter. A pair has no single
+// process: PID never matches it.
+func (f Filter) MatchPeer(p *Peer) bool {
+	if f.PID != 0 {
+		return false
+	}
+	eps := []netip.AddrPort{netip.AddrPortFrom(p.Remote, p.RemotePort)}
+	if p.LocalPort != 0 {
+		eps = append(eps, netip.AddrPortFrom(netip.Addr{}, p.LocalPort))
+	}
+	return f.match(p.Comm, 0, "", p.Netns, eps, p.ID)
+}
+
+func (f Filter) match(comm string, pid uint32, container string, netns uint32, eps []netip.AddrPort, id string) bool {
+	if f.Comm != "" && !strings.Contains(comm, f.Comm) {
+		return false
+	}
+	if f.PID != 0 && pid != f.PID {
+		return false
+	}
+	if f.Container != "" && !strings.HasPrefix(container, f.Container) {
+		return false
+	}
+	if f.Netns != 0 && netns != f.Netns {
+		return false
+	}
+	if f.Port != 0 && !slices.ContainsFunc(eps, func(e netip.AddrPort) bool { return e.Port() == f.Port }) {
+		return false
+	}
+	if f.Addr.IsValid() && !slices.ContainsFunc(eps, func(e netip.AddrPort) bool { return f.Addr.Contains(e.Addr().Unmap()) }) {
+		return false
+	}
+	if f.Text != "" {
+		hay := []string{comm, container, id, strconv.FormatUint(uint64(netns), 10)}
+		if pid != 0 {
+			hay = append(hay, strconv.FormatUint(uint64(pid), 10))
+		}
+		for _, e := range eps {
+			if e.Addr().IsValid() {
+				hay = append(hay, netip.AddrPortFrom(e.Addr().Unmap(), e.Port()).String())
+			}
+			hay = append(hay, ":"+strconv.FormatUint(uint64(e.Port()), 10))
+		}
+		for _, word := range strings.Fields(f.Text) {
+			if !slices.ContainsFunc(hay, func(h string) bool { return strings.Contains(h, word) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sortValue is what key orders by, for any flow or pair.
+func sortValue(m *aggregate.Metrics, rate float64, key string) float64 {
+	switch key {
+	case "p50":
+		return float64(m.Duration.P50)
+	case "rate":
+		return rate
+	case "retrans":
+		return float64(m.Retransmits)
+	case "turns":
+		return m.Turns.PerExchangeMean
+	case "exchanges":
+		return float64(m.Exchanges)
+	}
+	return float64(m.Duration.P99)
+}
+
+// SortFlows orders flows by key, largest first, ties by id so the order
+// is stable from one refresh to the next.
+func SortFlows(flows []Flow, key string) {
+	slices.SortStableFunc(flows, func(a, b Flow) int {
+		if c := cmp.Compare(sortValue(&b.Metrics, b.Rate, key), sortValue(&a.Metrics, a.Rate, key)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+}
+
+// SortPeers orders peer pairs like SortFlows.
+func SortPeers(peers []Peer, key string) {
+	slices.SortStableFunc(peers, func(a, b Peer) int {
+		if c := cmp.Compare(sortValue(&b.Metrics, b.Rate, key), sortValue(&a.Metrics, a.Rate, key)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+}

@@ -1,0 +1,325 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/history"
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// Server answers the API from the daemon's live state.
+type Server struct {
+	agg    *aggregate.Aggregator
+	hist   *history.History
+	health func() Health
+	log    *slog.Logger
+	srv    *http.Server
+}
+
+// NewServer serves agg and hist; health is called for GET /v1/health.
+func NewServer(agg *aggregate.Aggregator, hist *history.History, health func() Health, log *slog.Logger) *Server {
+	s := &Server{agg: agg, hist: hist, health: health, log: log}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	return s
+}
+
+// Handler routes the endpoints of docs/api.md.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.getHealth)
+	mux.HandleFunc("GET /v1/flows", s.getFlows)
+	mux.HandleFunc("GET /v1/flows/{id}", s.getFlow)
+	mux.HandleFunc("GET /v1/peers", s.getPeers)
+	mux.HandleFunc("GET /v1/peers/{id}", s.getPeer)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (see docs/api.md: /%s/health, /%s/flows, /%s/peers)", r.Method, r.URL.Path, Version, Version, Version))
+	})
+	return methodsOnly(mux)
+}
+
+// methodsOnly answers anything but GET and HEAD with a JSON 405; the mux's
+// own 405 is plain text.
+func methodsOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: the API is read-only", r.Method))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // a client gone away is not the daemon's error
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(Error{Error: msg})
+}
+
+func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) {
+	h := s.health()
+	h.APIVersion = Version
+	writeJSON(w, h)
+}
+
+// PeerID names a peer pair: 12 hex digits of a hash of its key, prefixed
+// with "p" so it can never be mistaken for a flow's (decimal) id.
+func PeerID(k aggregate.PeerKey) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d|%s|%d|%s|%d|%s|%d", k.Netns, k.Comm, k.CgroupID, k.Side, k.LocalPort, k.Remote, k.RemotePort)
+	return fmt.Sprintf("p%012x", h.Sum64()&(1<<48-1))
+}
+
+// flows snapshots every flow with its rate, split and diagnoses.
+func (s *Server) flows(now record.Mono) []Flow {
+	stats := s.agg.Flows()
+	out := make([]Flow, len(stats))
+	for i := range stats {
+		out[i] = s.flow(&stats[i], now)
+	}
+	return out
+}
+
+func (s *Server) flow(st *aggregate.FlowStats, now record.Mono) Flow {
+	f := Flow{
+		ID:        strconv.FormatUint(st.Cookie, 10),
+		FlowStats: *st,
+		Rate:      s.hist.Rate(st.Cookie, now),
+		Split:     diagnose.SplitOf(&st.Metrics),
+		Diagnoses: diagnose.Of(&st.Metrics),
+	}
+	if st.Peer != (aggregate.PeerKey{}) {
+		f.PeerID = PeerID(st.Peer)
+	}
+	f.Dominant = f.Split.Dominant()
+	return f
+}
+
+func (s *Server) peer(st *aggregate.PeerStats, rate float64) Peer {
+	p := Peer{
+		ID:        PeerID(st.PeerKey),
+		PeerStats: *st,
+		Rate:      rate,
+		Split:     diagnose.SplitOf(&st.Metrics),
+		Diagnoses: diagnose.Of(&st.Metrics),
+	}
+	p.Dominant = p.Split.Dominant()
+	return p
+}
+
+func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	now := record.Now()
+	all := s.flows(now)
+	out := all[:0]
+	for i := range all {
+		if q.Filter.MatchFlow(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	SortFlows(out, q.Sort)
+	total := len(out)
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	writeJSON(w, FlowList{APIVersion: Version, Now: now, Total: total, Flows: out})
+}
+
+// findFlow looks a flow up by id; the error is the answer to give.
+func (s *Server) findFlow(id string) (*aggregate.FlowStats, int, error) {
+	cookie, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("flow id %q is not a number (ids are in the id column of /%s/flows)", id, Version)
+	}
+	for _, st := range s.agg.Flows() {
+		if st.Cookie == cookie {
+			return &st, 0, nil
+		}
+	}
+	return nil, http.StatusNotFound, fmt.Errorf("no flow %s: it closed, expired or was never seen", id)
+}
+
+func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
+	st, code, err := s.findFlow(r.PathValue("id"))
+	if err != nil {
+		writeError(w, code, err.Error())
+		return
+	}
+	now := record.Now()
+	writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(st, now), Recent: s.hist.Recent(st.Cookie)})
+}
+
+// peerRates sums the rates of each pair's flows.
+func peerRates(flows []Flow) map[string]float64 {
+	rates := make(map[string]float64)
+	for i := range flows {
+		if flows[i].PeerID != "" {
+			rates[flows[i].PeerID] += flows[i].Rate
+		}
+	}
+	return rates
+}
+
+func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	now := record.Now()
+	rates := peerRates(s.flows(now))
+	stats := s.agg.Peers()
+	out := make([]Peer, 0, len(stats))
+	for i := range stats {
+		p := s.peer(&stats[i], 0)
+		p.Rate = rates[p.ID]
+		if q.Filter.MatchPeer(&p) {
+			out = append(out, p)
+		}
+	}
+	SortPeers(out, q.Sort)
+	total := len(out)
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	writeJSON(w, PeerList{APIVersion: Version, Now: now, Total: total, Peers: out})
+}
+
+func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	now := record.Now()
+	for _, st := range s.agg.Peers() {
+		if PeerID(st.PeerKey) != id {
+			continue
+		}
+		var flows []Flow
+		for _, f := range s.flows(now) {
+			if f.PeerID == id {
+				flows = append(flows, f)
+			}
+		}
+		p := s.peer(&st, 0)
+		p.Rate = peerRates(flows)[id]
+		SortFlows(flows, DefaultSort)
+		writeJSON(w, PeerDetail{APIVersion: Version, Now: now, Peer: p, Flows: flows})
+		return
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no peer pair %s: it expired or was never seen (ids are in the id column of /%s/peers)", id, Version))
+}
+
+// Listen opens the API's listeners: the Unix socket at socket (mode 0600,
+// in a directory only root can enter when lattrace creates it) and, when
+// tcpAddr is set, a loopback TCP port. The API has no authentication, so
+// TCP is refused on anything but loopback.
+func Listen(socket, tcpAddr string) ([]net.Listener, error) {
+	var ls []net.Listener
+	if socket != "" {
+		l, err := listenUnix(socket)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if tcpAddr != "" {
+		host, _, err := net.SplitHostPort(tcpAddr)
+		if err != nil {
+			closeAll(ls)
+			return nil, fmt.Errorf("API address %q: %w", tcpAddr, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			closeAll(ls)
+			return nil, fmt.Errorf("API address %q is not loopback: the API has no authentication, so it is served on 127.0.0.1 or ::1 only", tcpAddr)
+		}
+		l, err := net.Listen("tcp", tcpAddr)
+		if err != nil {
+			closeAll(ls)
+			return nil, fmt.Errorf("API address: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+func listenUnix(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("API socket directory: %w", err)
+		}
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("API socket %s exists and is not a socket; remove it or choose another --api-socket", path)
+		}
+		// A socket nobody answers on is left over from a daemon that was
+		// killed; one that answers belongs to a daemon still running.
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another lattrace daemon is serving at %s", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale API socket: %w", err)
+		}
+	}
+	// The socket is created with the process umask; narrowing it for the
+	// bind leaves no moment when another user could connect.
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("API socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("API socket: %w", err)
+	}
+	return l, nil
+}
+
+// Serve answers on ls until Close. It returns once every listener stopped.
+func (s *Server) Serve(ls []net.Listener) {
+	done := make(chan struct{}, len(ls))
+	for _, l := range ls {
+		go func() {
+			if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("API server", "addr", l.Addr().String(), "err", err)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range ls {
+		<-done
+	}
+}
+
+// Close stops serving and closes the listeners (removing the socket file).
+func (s *Server) Close() error { return s.srv.Close() }

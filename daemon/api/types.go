@@ -1,0 +1,108 @@
+// Package api is the daemon's local API: HTTP/JSON on a Unix socket (and,
+// when asked, on a loopback TCP port) serving the live flows, peer pairs,
+// recent exchanges, diagnoses and the daemon's own health. The schema is
+// versioned by the /v1 path prefix and documented in docs/api.md; a change
+// that removes or renames a field needs /v2. The CLI (`lattrace top`,
+// `flows`, `explain`) is its first client, through Client.
+package api
+
+import (
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/history"
+	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/daemon/tracer"
+)
+
+// Version is the schema version: the path prefix of every endpoint and
+// the api_version field of every response.
+const Version = "v1"
+
+// DefaultSocket is where the daemon listens and clients look by default.
+const DefaultSocket = "/run/lattrace/api.sock"
+
+// Flow is one connection with its statistics and what is wrong with it.
+type Flow struct {
+	// ID names the flow in the API and the CLI: the kernel's socket
+	// cookie, unique while the system runs.
+	ID string `json:"id"`
+	aggregate.FlowStats
+	// PeerID is the peer pair the flow is counted under, "" before it has
+	// one.
+	PeerID string `json:"peer_id,omitempty"`
+	// Rate is exchanges per second over the last 5 to 10 s.
+	Rate      float64              `json:"exchanges_per_s"`
+	Split     diagnose.Split       `json:"split"`
+	Dominant  string               `json:"dominant"`
+	Diagnoses []diagnose.Diagnosis `json:"diagnoses"`
+}
+
+// Peer is one peer pair ("this program talking to that service").
+type Peer struct {
+	// ID names the pair: a hash of its key, stable while the daemon runs.
+	ID string `json:"id"`
+	aggregate.PeerStats
+	// Rate is the sum of its live flows' rates.
+	Rate      float64              `json:"exchanges_per_s"`
+	Split     diagnose.Split       `json:"split"`
+	Dominant  string               `json:"dominant"`
+	Diagnoses []diagnose.Diagnosis `json:"diagnoses"`
+}
+
+// FlowList answers GET /v1/flows.
+type FlowList struct {
+	APIVersion string `json:"api_version"`
+	// Now is the daemon's CLOCK_MONOTONIC when the list was taken, the
+	// clock of every *_mono_ns field.
+	Now record.Mono `json:"now_mono_ns"`
+	// Total is how many flows matched before the limit.
+	Total int    `json:"total"`
+	Flows []Flow `json:"flows"`
+}
+
+// PeerList answers GET /v1/peers.
+type PeerList struct {
+	APIVersion string      `json:"api_version"`
+	Now        record.Mono `json:"now_mono_ns"`
+	Total      int         `json:"total"`
+	Peers      []Peer      `json:"peers"`
+}
+
+// FlowDetail answers GET /v1/flows/{id}: the flow and its last exchanges,
+// oldest first.
+type FlowDetail struct {
+	APIVersion string           `json:"api_version"`
+	Now        record.Mono      `json:"now_mono_ns"`
+	Flow       Flow             `json:"flow"`
+	Recent     []history.Sample `json:"recent"`
+}
+
+// PeerDetail answers GET /v1/peers/{id}: the pair and its live flows.
+type PeerDetail struct {
+	APIVersion string      `json:"api_version"`
+	Now        record.Mono `json:"now_mono_ns"`
+	Peer       Peer        `json:"peer"`
+	Flows      []Flow      `json:"flows"`
+}
+
+// Health answers GET /v1/health: is the daemon tracing, and is it losing
+// anything.
+type Health struct {
+	APIVersion string    `json:"api_version"`
+	Version    string    `json:"version"`
+	Started    time.Time `json:"started"`
+	// Status is "ok", or "degraded" when an optional hook failed or
+	// records were lost.
+	Status    string              `json:"status"`
+	Problems  []string            `json:"problems,omitempty"`
+	Hooks     []tracer.HookStatus `json:"hooks"`
+	Kernel    tracer.Counters     `json:"kernel"`
+	Aggregate aggregate.Counters  `json:"aggregate"`
+}
+
+// Error is the body of every 4xx and 5xx answer.
+type Error struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,358 @@
+// Package diagnose turns a flow's or a peer pair's statistics into named
+// findings a person can act on: what is slow, how much of the latency it
+// explains, the numbers behind it and the fix. The rules are the seed
+// studies' findings (docs/latency-model.md, "Diagnoses it enables"); each
+// reads only the aggregate's metrics, so the daemon, the API, `top` and
+// `explain` all say the same thing.
+package diagnose
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+)
+
+// Name identifies a diagnosis; it is stable (metrics and scripts use it).
+type Name string
+
+// The diagnoses lattrace knows.
+const (
+	SlowStartAfterIdle Name = "slow_start_after_idle"
+	Bufferbloat        Name = "bufferbloat"
+	ConnPerRequest     Name = "connection_per_request"
+	CwndLimited        Name = "cwnd_limited"
+	RwndLimited        Name = "rwnd_limited"
+	SndbufLimited      Name = "sndbuf_limited"
+	SendStall          Name = "send_stall"
+	Loss               Name = "loss"
+	ManyTurns          Name = "many_turns"
+	PeerThink          Name = "app_peer"
+	LocalRead          Name = "app_local_read"
+	LocalThink         Name = "app_think"
+	Distance           Name = "network_distance"
+)
+
+// Severity ranks diagnoses: Info is how the time is spent when nothing is
+// wrong (a far peer, a slow peer app), Warning and Critical are something
+// to fix, by the share of latency at stake.
+type Severity string
+
+// Severities, lowest first.
+const (
+	Info     Severity = "info"
+	Warning  Severity = "warning"
+	Critical Severity = "critical"
+)
+
+func (s Severity) rank() int {
+	switch s {
+	case Critical:
+		return 2
+	case Warning:
+		return 1
+	}
+	return 0
+}
+
+// Evidence is one number a diagnosis rests on.
+type Evidence struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Unit is "ms", "%", "segments", "count", "bytes" or "" (a flag).
+	Unit string `json:"unit"`
+}
+
+// Diagnosis is one finding.
+type Diagnosis struct {
+	Name     Name     `json:"name"`
+	Severity Severity `json:"severity"`
+	// Share is the fraction of the mean exchange latency this finding
+	// explains, 0..1.
+	Share float64 `json:"share"`
+	// Summary says in one sentence, with numbers, what was seen.
+	Summary  string     `json:"summary"`
+	Evidence []Evidence `json:"evidence"`
+	// Fix is what to change, in words a person can act on.
+	Fix string `json:"fix"`
+}
+
+// Split is the mean latency of an exchange grouped the way the model names
+// its parts: network (propagation + queueing), transport (send wait, loss
+// recovery, handshake, receive) and app (peer think time, local read,
+// local think time). The three add up to the mean duration.
+type Split struct {
+	Network   time.Duration `json:"network_ns"`
+	Transport time.Duration `json:"transport_ns"`
+	App       time.Duration `json:"app_ns"`
+}
+
+// Total is the mean exchange duration.
+func (s Split) Total() time.Duration { return s.Network + s.Transport + s.App }
+
+// Dominant names the largest part: "network", "transport" or "app"; ""
+// when there is no timing.
+func (s Split) Dominant() string {
+	if s.Total() <= 0 {
+		return ""
+	}
+	switch {
+	case s.Network >= s.Transport && s.Network >= s.App:
+		return "network"
+	case s.Transport >= s.App:
+		return "transport"
+	}
+	return "app"
+}
+
+// SplitOf groups m's component means.
+func SplitOf(m *aggregate.Metrics) Split {
+	c := m.ComponentMeans
+	return Split{
+		Network:   c.Network,
+		Transport: c.SendWait + c.LossRecovery + c.Handshake + c.Receive,
+		App:       c.Peer + c.LocalRead + c.Think,
+	}
+}
+
+// Thresholds: a part must explain at least this share of the mean latency
+// to be named. Below them the part is noise on a healthy path (the
+// false-positive check runs a clean 20 ms path with an immediate server).
+const (
+	minShare      = 0.20
+	criticalShare = 0.50
+	// manyTurns is the mean turns per exchange above which the turns
+	// themselves are the finding: a request/response needs 1-2.
+	manyTurns = 4
+)
+
+// Of returns the diagnoses of m, the largest share first. It needs at
+// least one exchange with timing.
+func Of(m *aggregate.Metrics) []Diagnosis {
+	n := m.Exchanges - m.Partial
+	mean := m.Duration.Mean
+	if n == 0 || mean <= 0 {
+		return nil
+	}
+	c := m.ComponentMeans
+	share := func(d time.Duration) float64 { return float64(d) / float64(mean) }
+	sev := func(s float64) Severity {
+		if s >= criticalShare {
+			return Critical
+		}
+		return Warning
+	}
+	var out []Diagnosis
+	add := func(d Diagnosis) { out = append(out, d) }
+
+	// Send wait, by cause. Slow start after idle is the cwnd wait of
+	// exchanges whose window was restarted by an idle gap.
+	if s := share(c.SendWaitCwnd); s >= minShare {
+		if m.Cwnd.Restarts > 0 {
+			restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
+			add(Diagnosis{
+				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
+				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
+					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
+				Evidence: []Evidence{
+					ms("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
+					percent("exchanges_restarted", restarted),
+					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
+				},
+				Fix: "set net.ipv4.tcp_slow_start_after_idle=0 (a per-namespace sysctl: the pod's securityContext.sysctls in Kubernetes), or use BBR, which keeps its window across idle",
+			})
+		} else {
+			add(Diagnosis{
+				Name: CwndLimited, Severity: sev(s), Share: s,
+				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window (cwnd %d..%d segments, %s retransmitted)",
+					pct(s), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
+				Evidence: []Evidence{
+					ms("send_wait_cwnd_mean", c.SendWaitCwnd), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+					count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
+				},
+				Fix: "the transfer is limited by the congestion window or a thin bottleneck: check the path's capacity and loss; a larger initial window (ip route ... initcwnd) helps short transfers, BBR helps lossy long paths",
+			})
+		}
+	}
+	if s := share(c.SendWaitRwnd); s >= minShare {
+		add(Diagnosis{
+			Name: RwndLimited, Severity: sev(s), Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is waiting for the peer's receive window: the peer reads slowly or its receive buffer is small", pct(s)),
+			Evidence: []Evidence{ms("send_wait_rwnd_mean", c.SendWaitRwnd)},
+			Fix:      "on the peer: read faster, or raise its receive buffer (net.ipv4.tcp_rmem, or stop setting a small SO_RCVBUF)",
+		})
+	}
+	if s := share(c.SendWaitSndbuf); s >= minShare {
+		add(Diagnosis{
+			Name: SndbufLimited, Severity: sev(s), Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is the application blocked on a full local send buffer", pct(s)),
+			Evidence: []Evidence{ms("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
+			Fix:      "raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)",
+		})
+	}
+	if s := share(c.SendWaitOther); s >= minShare {
+		add(Diagnosis{
+			Name: SendStall, Severity: sev(s), Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the window open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
+			Evidence: []Evidence{ms("send_wait_other_mean", c.SendWaitOther)},
+			Fix:      "set TCP_NODELAY on small writes, or write each message in one call",
+		})
+	}
+	// Queueing above the path's minimum: bufferbloat.
+	if s := share(c.Queueing); s >= minShare && c.Queueing > c.Propagation/2 {
+		add(Diagnosis{
+			Name: Bufferbloat, Severity: sev(s), Share: s,
+			Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
+				pct(s), dur(c.Network), dur(c.Propagation)),
+			Evidence: []Evidence{
+				ms("queueing_mean", c.Queueing), ms("propagation", c.Propagation),
+				ms("path_rtt_p50", m.RTT.Path.P50), ms("path_rtt_p99", m.RTT.Path.P99),
+			},
+			Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
+		})
+	}
+	if s := share(c.LossRecovery); s >= minShare/2 || m.RTOs > 0 && s > 0 {
+		add(Diagnosis{
+			Name: Loss, Severity: sev(s), Share: s,
+			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s, %s",
+				pct(s), countOf(m.Retransmits, "retransmission"), countOf(m.RTOs, "timeout")),
+			Evidence: []Evidence{
+				ms("loss_recovery_mean", c.LossRecovery), ms("loss_recovery_max", m.Components.LossRecovery.Max),
+				count("retransmits", m.Retransmits), count("rtos", m.RTOs),
+			},
+			Fix: "packets are lost on the path: look for drops on the interfaces and queues (ip -s link, tc -s qdisc); timeouts cost most on short flows",
+		})
+	}
+	if s := share(c.Handshake); s >= minShare {
+		paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1))
+		add(Diagnosis{
+			Name: ConnPerRequest, Severity: sev(s), Share: s,
+			Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",
+				pct(s), pct(paid), dur(time.Duration(float64(m.Components.Handshake.Mean)/max(paid, 0.01)))),
+			Evidence: []Evidence{ms("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
+			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
+		})
+	}
+	if m.Turns.PerExchangeMean >= manyTurns {
+		s := share(c.Network)
+		add(Diagnosis{
+			Name: ManyTurns, Severity: sev(s), Share: s,
+			Summary: fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every extra millisecond between the ends costs %.1f ms per exchange",
+				m.Turns.PerExchangeMean, m.Turns.PerExchangeMax, m.Turns.PerExchangeMean),
+			Evidence: []Evidence{
+				{Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean},
+				count("turns_max", uint64(m.Turns.PerExchangeMax)), ms("network_mean", c.Network),
+			},
+			Fix: "batch the requests or pipeline them so fewer turns wait on the round trip, or keep the two ends close",
+		})
+	}
+	// The app parts: not a fault of the network, said plainly.
+	if s := share(c.Peer); s >= criticalShare {
+		add(Diagnosis{
+			Name: PeerThink, Severity: Info, Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
+			Evidence: []Evidence{ms("peer_mean", c.Peer), ms("peer_p99", m.Components.Peer.P99), ms("network_mean", c.Network)},
+			Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
+		})
+	}
+	if s := share(c.LocalRead); s >= minShare {
+		add(Diagnosis{
+			Name: LocalRead, Severity: sev(s), Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
+			Evidence: []Evidence{ms("local_read_mean", c.LocalRead), ms("local_read_p99", m.Components.LocalRead.P99)},
+			Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
+		})
+	}
+	if s := share(c.Think); s >= criticalShare {
+		add(Diagnosis{
+			Name: LocalThink, Severity: Info, Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
+			Evidence: []Evidence{ms("think_mean", c.Think), ms("think_p99", m.Components.Think.P99)},
+			Fix:      "profile this service: the time is spent between reading the request and writing the response",
+		})
+	}
+	if s := share(c.Propagation); s >= criticalShare && len(out) == 0 {
+		add(Diagnosis{
+			Name: Distance, Severity: Info, Share: s,
+			Summary:  fmt.Sprintf("%s of the latency is the path's propagation delay (%s round trip); nothing on it is queueing or losing", pct(s), dur(c.Propagation)),
+			Evidence: []Evidence{ms("propagation", c.Propagation), {Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean}},
+			Fix:      "only fewer turns per request or a closer peer make this faster",
+		})
+	}
+	// Where the time goes first: the largest share leads, the more severe
+	// of two equal shares first.
+	slices.SortStableFunc(out, func(a, b Diagnosis) int {
+		if c := cmp.Compare(b.Share, a.Share); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Severity.rank(), a.Severity.rank())
+	})
+	return out
+}
+
+// WhatIf estimates how much longer each exchange would take if the peer
+// were extra farther away (extra round-trip time): every turn waits for
+// one more round trip, and a connection's handshake for one more.
+func WhatIf(m *aggregate.Metrics, extra time.Duration) (perExchange time.Duration, turns float64) {
+	turns = m.Turns.PerExchangeMean
+	if turns < 1 && m.Exchanges > 0 {
+		turns = 1
+	}
+	if n := m.Components.Handshake.Count; n > 0 {
+		turns += float64(m.Components.Handshake.Nonzero) / float64(n)
+	}
+	return time.Duration(turns * float64(extra)), turns
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.0f %%", 100*f) }
+
+// dur prints a duration at the precision a person reads: 0.35 ms, 20.1 ms, 1.2 s.
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+}
+
+// Dur is the duration format of the diagnoses, for the CLI's own text.
+func Dur(d time.Duration) string { return dur(d) }
+
+func countOf(n uint64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func ms(name string, d time.Duration) Evidence {
+	return Evidence{Name: name, Value: float64(d) / 1e6, Unit: "ms"}
+}
+func count(name string, n uint64) Evidence {
+	return Evidence{Name: name, Value: float64(n), Unit: "count"}
+}
+func segs(name string, n uint32) Evidence {
+	return Evidence{Name: name, Value: float64(n), Unit: "segments"}
+}
+func percent(name string, f float64) Evidence {
+	return Evidence{Name: name, Value: 100 * f, Unit: "%"}
+}
+func rate(name string, bps float64) Evidence {
+	return Evidence{Name: name, Value: bps, Unit: "bytes/s"}
+}
+func flag(name string, b bool) Evidence {
+	v := 0.0
+	if b {
+		v = 1
+	}
+	return Evidence{Name: name, Value: v}
+}

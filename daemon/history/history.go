@@ -1,0 +1,191 @@
+// Package history keeps the last few exchanges of each flow, small enough
+// to hold for every live connection, so a person looking at one flow sees
+// what just happened to it (durations, cwnd and RTT over the last
+// exchanges) and how many exchanges per second it carries now. The
+// aggregate keeps the distributions; this keeps the recent sequence.
+package history
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// Defaults for the zero Config fields.
+const (
+	DefaultFlows     = 2048
+	DefaultPerFlow   = 64
+	DefaultRateSlice = 5 * time.Second
+)
+
+// Config bounds a History.
+type Config struct {
+	// Flows is how many flows are remembered; the least recently active is
+	// forgotten first.
+	Flows int
+	// PerFlow is how many exchanges of each flow are kept.
+	PerFlow int
+}
+
+// Sample is one exchange, reduced to what a live view draws.
+type Sample struct {
+	Time        record.Mono         `json:"time_mono_ns"`
+	Role        record.ExchangeRole `json:"role"`
+	Duration    time.Duration       `json:"duration_ns"`
+	Components  record.Components   `json:"components"`
+	BytesOut    uint64              `json:"bytes_out"`
+	BytesIn     uint64              `json:"bytes_in"`
+	Retransmits uint32              `json:"retransmits"`
+	RTOs        uint32              `json:"rtos"`
+	Turns       uint32              `json:"turns"`
+	CwndEnd     uint32              `json:"cwnd_end"`
+	SRTT        time.Duration       `json:"srtt_ns"`
+	PathRTT     time.Duration       `json:"path_rtt_ns"`
+	CwndRestart bool                `json:"cwnd_restart,omitempty"`
+	Partial     bool                `json:"partial,omitempty"`
+}
+
+type flow struct {
+	cookie uint64
+	ring   []Sample
+	next   int // where the next sample goes once ring is full
+	// Exchanges counted in the current and the previous rate slice, so
+	// the rate covers between one and two slices of recent time.
+	cur, prev      uint64
+	curAt, prevAt  record.Mono
+	elem           *list.Element
+	prevTurnsTotal uint32
+}
+
+// History is safe for one writer and many readers.
+type History struct {
+	cfg   Config
+	mu    sync.Mutex
+	flows map[uint64]*flow
+	lru   list.List // front: most recently active
+}
+
+// New returns an empty History.
+func New(cfg Config) *History {
+	if cfg.Flows <= 0 {
+		cfg.Flows = DefaultFlows
+	}
+	if cfg.PerFlow <= 0 {
+		cfg.PerFlow = DefaultPerFlow
+	}
+	return &History{cfg: cfg, flows: make(map[uint64]*flow)}
+}
+
+// Add records an exchange under its connection's cookie.
+func (h *History) Add(e *record.Exchange) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.flows[e.Cookie]
+	if f == nil {
+		if len(h.flows) >= h.cfg.Flows {
+			old := h.lru.Back().Value.(*flow)
+			h.lru.Remove(old.elem)
+			delete(h.flows, old.cookie)
+		}
+		f = &flow{cookie: e.Cookie, ring: make([]Sample, 0, 8), curAt: e.Time, prevTurnsTotal: e.Turns}
+		f.elem = h.lru.PushFront(f)
+		h.flows[e.Cookie] = f
+	} else {
+		h.lru.MoveToFront(f.elem)
+	}
+	// The record carries the connection's running count of turns.
+	turns := e.Turns - min(f.prevTurnsTotal, e.Turns)
+	if len(f.ring) == 0 {
+		turns = min(e.Turns, 1)
+	}
+	f.prevTurnsTotal = e.Turns
+	s := Sample{
+		Time: e.Time, Role: e.Role, Duration: e.Duration, Components: e.Components,
+		BytesOut: e.BytesOut, BytesIn: e.BytesIn, Retransmits: e.Retransmits, RTOs: e.RTOs,
+		Turns: turns, CwndEnd: e.CwndEnd, SRTT: e.SRTT, PathRTT: e.PathRTT,
+		CwndRestart: e.CwndRestart, Partial: e.Partial,
+	}
+	if len(f.ring) < h.cfg.PerFlow {
+		f.ring = append(f.ring, s)
+	} else {
+		f.ring[f.next] = s
+		f.next = (f.next + 1) % len(f.ring)
+	}
+	f.roll(e.Time)
+	f.cur++
+}
+
+// roll starts a new rate slice when the current one is older than
+// DefaultRateSlice.
+func (f *flow) roll(now record.Mono) {
+	if now.Sub(f.curAt) < DefaultRateSlice {
+		return
+	}
+	if now.Sub(f.curAt) >= 2*DefaultRateSlice {
+		// Idle for more than a slice: nothing recent to carry.
+		f.prev, f.prevAt = 0, now-record.Mono(DefaultRateSlice)
+	} else {
+		f.prev, f.prevAt = f.cur, f.curAt
+	}
+	f.cur, f.curAt = 0, now
+}
+
+// Recent returns the flow's kept exchanges, oldest first.
+func (h *History) Recent(cookie uint64) []Sample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.flows[cookie]
+	if f == nil {
+		return nil
+	}
+	out := make([]Sample, 0, len(f.ring))
+	out = append(out, f.ring[f.next:]...)
+	return append(out, f.ring[:f.next]...)
+}
+
+// Rate returns the flow's exchanges per second over the last five to ten
+// seconds before now (zero when it was idle that long).
+func (h *History) Rate(cookie uint64, now record.Mono) float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.flows[cookie]
+	if f == nil {
+		return 0
+	}
+	since := now.Sub(f.curAt)
+	switch {
+	case since >= 2*DefaultRateSlice:
+		return 0
+	case since >= DefaultRateSlice:
+		// Only the current slice is still recent.
+		return float64(f.cur) / since.Seconds()
+	}
+	start := f.prevAt
+	if f.prevAt == 0 {
+		start = f.curAt
+	}
+	span := now.Sub(start)
+	if span < time.Second {
+		span = time.Second
+	}
+	return float64(f.cur+f.prev) / span.Seconds()
+}
+
+// Forget drops a flow (its connection is gone from the aggregate).
+func (h *History) Forget(cookie uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f := h.flows[cookie]; f != nil {
+		h.lru.Remove(f.elem)
+		delete(h.flows, cookie)
+	}
+}
+
+// Len is how many flows are remembered.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.flows)
+}
