@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/containers"
+	"github.com/lattrace/lattrace/daemon/history"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
@@ -37,6 +40,12 @@ type Config struct {
 	MetricsAddr string
 	// MaxPeerPairs bounds the metrics' peer-pair series (0: the default).
 	MaxPeerPairs int
+	// APISocket is the local API's Unix socket (empty: none); APIAddr a
+	// loopback host:port to serve it on as well (empty: none).
+	APISocket string
+	APIAddr   string
+	// Version is the build's version, reported by the API's health.
+	Version string
 }
 
 // Outputs the daemon knows.
@@ -72,6 +81,10 @@ type Daemon struct {
 	jsonl  *jsonl.Writer
 	otlp   *otlp.Exporter
 	prom   *prometheus.Server
+	hist   *history.History
+	api    *api.Server
+	apiLs  []net.Listener
+	start  time.Time
 	// containers names each owner's container before any sink sees it.
 	containers *containers.Resolver
 	sinks      fanout
@@ -83,8 +96,26 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log, agg: aggregate.New(cfg.Aggregate), closeOut: func() {}}
-	d.sinks = fanout{aggregatorSink{d.agg}}
+	d := &Daemon{cfg: cfg, log: log, agg: aggregate.New(cfg.Aggregate), closeOut: func() {}, start: time.Now()}
+	d.hist = history.New(history.Config{Flows: d.agg.Config().MaxFlows})
+	d.sinks = fanout{aggregatorSink{d.agg, d.hist}}
+	if cfg.APISocket != "" || cfg.APIAddr != "" {
+		// Before the tracer loads: a second daemon on the same socket is
+		// refused before it attaches anything.
+		ls, err := api.Listen(cfg.APISocket, cfg.APIAddr)
+		if err != nil {
+			return nil, err
+		}
+		d.apiLs = ls
+		d.api = api.NewServer(d.agg, d.hist, d.health, log)
+		d.closeOut = func() {
+			d.api.Close()
+			// Listeners Serve never took are not closed by the server.
+			for _, l := range ls {
+				l.Close()
+			}
+		}
+	}
 	if root, err := tracer.Cgroup2Root(); err == nil {
 		d.containers = containers.New(root)
 	}
@@ -192,6 +223,35 @@ func (d *Daemon) registerHealth() {
 	}
 }
 
+// health is the API's view of the daemon: hooks, counters, and whether
+// anything is being lost.
+func (d *Daemon) health() api.Health {
+	h := api.Health{Version: d.cfg.Version, Started: d.start, Status: "ok", Hooks: d.tracer.Hooks(), Aggregate: d.agg.Stats()}
+	c, err := d.tracer.Counters()
+	if err != nil {
+		h.Problems = append(h.Problems, "reading the kernel counters: "+err.Error())
+	}
+	h.Kernel = c
+	for _, hk := range h.Hooks {
+		if !hk.Attached {
+			h.Problems = append(h.Problems, fmt.Sprintf("hook %s not attached (%s): %s", hk.Hook, hk.Feature, hk.Error))
+		}
+	}
+	if c.RingbufFull > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d records lost: the ring buffer was full", c.RingbufFull))
+	}
+	if c.StorageFail > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d sockets not followed: socket storage allocation failed", c.StorageFail))
+	}
+	if c.DecodeErrors > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d records could not be decoded", c.DecodeErrors))
+	}
+	if len(h.Problems) > 0 {
+		h.Status = "degraded"
+	}
+	return h
+}
+
 // Aggregator returns the live per-flow and per-peer statistics.
 func (d *Daemon) Aggregator() *aggregate.Aggregator { return d.agg }
 
@@ -219,6 +279,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output)
 
 	go d.reportHealth(ctx)
+	if d.api != nil {
+		go d.api.Serve(d.apiLs)
+		for _, l := range d.apiLs {
+			d.log.Info("API", "addr", l.Addr().String())
+		}
+	}
 	if d.prom != nil {
 		go func() {
 			if err := d.prom.Serve(); err != nil {
@@ -327,11 +393,17 @@ func (c containerSink) ConnClose(r record.ConnClose) {
 	c.fanout.ConnClose(r)
 }
 
-// aggregatorSink feeds the aggregator and, once per drain, retires what
-// has expired.
-type aggregatorSink struct{ *aggregate.Aggregator }
+// aggregatorSink feeds the aggregator and the recent history and, once per
+// drain, retires what has expired.
+type aggregatorSink struct {
+	*aggregate.Aggregator
+	hist *history.History
+}
 
-func (a aggregatorSink) Exchange(e *record.Exchange)  { a.AddExchange(e) }
+func (a aggregatorSink) Exchange(e *record.Exchange) {
+	a.AddExchange(e)
+	a.hist.Add(e)
+}
 func (a aggregatorSink) ConnOpen(o record.ConnOpen)   { a.AddConnOpen(o) }
 func (a aggregatorSink) ConnClose(c record.ConnClose) { a.AddConnClose(c) }
 func (a aggregatorSink) Flush()                       { a.Expire(record.Now()) }

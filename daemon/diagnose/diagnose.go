@@ -32,7 +32,6 @@ const (
 	PeerThink          Name = "app_peer"
 	LocalRead          Name = "app_local_read"
 	LocalThink         Name = "app_think"
-	Distance           Name = "network_distance"
 )
 
 // Severity ranks diagnoses: Info is how the time is spent when nothing is
@@ -157,7 +156,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
 					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
 				Evidence: []Evidence{
-					ms("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
+					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
 					percent("exchanges_restarted", restarted),
 					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
@@ -170,7 +169,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window (cwnd %d..%d segments, %s retransmitted)",
 					pct(s), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
 				Evidence: []Evidence{
-					ms("send_wait_cwnd_mean", c.SendWaitCwnd), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
 				},
 				Fix: "the transfer is limited by the congestion window or a thin bottleneck: check the path's capacity and loss; a larger initial window (ip route ... initcwnd) helps short transfers, BBR helps lossy long paths",
@@ -181,7 +180,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: RwndLimited, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is waiting for the peer's receive window: the peer reads slowly or its receive buffer is small", pct(s)),
-			Evidence: []Evidence{ms("send_wait_rwnd_mean", c.SendWaitRwnd)},
+			Evidence: []Evidence{msEv("send_wait_rwnd_mean", c.SendWaitRwnd)},
 			Fix:      "on the peer: read faster, or raise its receive buffer (net.ipv4.tcp_rmem, or stop setting a small SO_RCVBUF)",
 		})
 	}
@@ -189,7 +188,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: SndbufLimited, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is the application blocked on a full local send buffer", pct(s)),
-			Evidence: []Evidence{ms("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
+			Evidence: []Evidence{msEv("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
 			Fix:      "raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)",
 		})
 	}
@@ -197,7 +196,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: SendStall, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the window open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
-			Evidence: []Evidence{ms("send_wait_other_mean", c.SendWaitOther)},
+			Evidence: []Evidence{msEv("send_wait_other_mean", c.SendWaitOther)},
 			Fix:      "set TCP_NODELAY on small writes, or write each message in one call",
 		})
 	}
@@ -208,8 +207,8 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 			Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
 				pct(s), dur(c.Network), dur(c.Propagation)),
 			Evidence: []Evidence{
-				ms("queueing_mean", c.Queueing), ms("propagation", c.Propagation),
-				ms("path_rtt_p50", m.RTT.Path.P50), ms("path_rtt_p99", m.RTT.Path.P99),
+				msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
+				msEv("path_rtt_p50", m.RTT.Path.P50), msEv("path_rtt_p99", m.RTT.Path.P99),
 			},
 			Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
 		})
@@ -220,7 +219,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s, %s",
 				pct(s), countOf(m.Retransmits, "retransmission"), countOf(m.RTOs, "timeout")),
 			Evidence: []Evidence{
-				ms("loss_recovery_mean", c.LossRecovery), ms("loss_recovery_max", m.Components.LossRecovery.Max),
+				msEv("loss_recovery_mean", c.LossRecovery), msEv("loss_recovery_max", m.Components.LossRecovery.Max),
 				count("retransmits", m.Retransmits), count("rtos", m.RTOs),
 			},
 			Fix: "packets are lost on the path: look for drops on the interfaces and queues (ip -s link, tc -s qdisc); timeouts cost most on short flows",
@@ -232,7 +231,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 			Name: ConnPerRequest, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",
 				pct(s), pct(paid), dur(time.Duration(float64(m.Components.Handshake.Mean)/max(paid, 0.01)))),
-			Evidence: []Evidence{ms("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
+			Evidence: []Evidence{msEv("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
 			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
 		})
 	}
@@ -244,7 +243,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 				m.Turns.PerExchangeMean, m.Turns.PerExchangeMax, m.Turns.PerExchangeMean),
 			Evidence: []Evidence{
 				{Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean},
-				count("turns_max", uint64(m.Turns.PerExchangeMax)), ms("network_mean", c.Network),
+				count("turns_max", uint64(m.Turns.PerExchangeMax)), msEv("network_mean", c.Network),
 			},
 			Fix: "batch the requests or pipeline them so fewer turns wait on the round trip, or keep the two ends close",
 		})
@@ -254,7 +253,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: PeerThink, Severity: Info, Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
-			Evidence: []Evidence{ms("peer_mean", c.Peer), ms("peer_p99", m.Components.Peer.P99), ms("network_mean", c.Network)},
+			Evidence: []Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
 			Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
 		})
 	}
@@ -262,7 +261,7 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: LocalRead, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
-			Evidence: []Evidence{ms("local_read_mean", c.LocalRead), ms("local_read_p99", m.Components.LocalRead.P99)},
+			Evidence: []Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
 			Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
 		})
 	}
@@ -270,16 +269,8 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		add(Diagnosis{
 			Name: LocalThink, Severity: Info, Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
-			Evidence: []Evidence{ms("think_mean", c.Think), ms("think_p99", m.Components.Think.P99)},
+			Evidence: []Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
 			Fix:      "profile this service: the time is spent between reading the request and writing the response",
-		})
-	}
-	if s := share(c.Propagation); s >= criticalShare && len(out) == 0 {
-		add(Diagnosis{
-			Name: Distance, Severity: Info, Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is the path's propagation delay (%s round trip); nothing on it is queueing or losing", pct(s), dur(c.Propagation)),
-			Evidence: []Evidence{ms("propagation", c.Propagation), {Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean}},
-			Fix:      "only fewer turns per request or a closer peer make this faster",
 		})
 	}
 	// Where the time goes first: the largest share leads, the more severe
@@ -334,7 +325,7 @@ func countOf(n uint64, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-func ms(name string, d time.Duration) Evidence {
+func msEv(name string, d time.Duration) Evidence {
 	return Evidence{Name: name, Value: float64(d) / 1e6, Unit: "ms"}
 }
 func count(name string, n uint64) Evidence {

@@ -55,6 +55,7 @@ type flow struct {
 	// the rate covers between one and two slices of recent time.
 	cur, prev      uint64
 	curAt, prevAt  record.Mono
+	hasPrev        bool
 	elem           *list.Element
 	prevTurnsTotal uint32
 }
@@ -129,7 +130,7 @@ func (f *flow) roll(now record.Mono) {
 	} else {
 		f.prev, f.prevAt = f.cur, f.curAt
 	}
-	f.cur, f.curAt = 0, now
+	f.cur, f.curAt, f.hasPrev = 0, now, true
 }
 
 // Recent returns the flow's kept exchanges, oldest first.
@@ -162,9 +163,9 @@ func (h *History) Rate(cookie uint64, now record.Mono) float64 {
 		// Only the current slice is still recent.
 		return float64(f.cur) / since.Seconds()
 	}
-	start := f.prevAt
-	if f.prevAt == 0 {
-		start = f.curAt
+	start := f.curAt
+	if f.hasPrev {
+		start = f.prevAt
 	}
 	span := now.Sub(start)
 	if span < time.Second {

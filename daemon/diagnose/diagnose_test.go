@@ -1,0 +1,104 @@
+package diagnose
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+const ms = time.Millisecond
+
+// metrics builds flow metrics of n exchanges whose means are c.
+func metrics(n uint64, c record.Components) aggregate.Metrics {
+	m := aggregate.Metrics{Exchanges: n, ComponentMeans: c, Turns: aggregate.Turns{PerExchangeMean: 1}}
+	m.Duration.Mean = c.Sum()
+	m.Duration.Count = n
+	return m
+}
+
+func names(ds []Diagnosis) []Name {
+	var out []Name
+	for _, d := range ds {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func TestRules(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		m     aggregate.Metrics
+		want  []Name
+		share float64 // of the first
+	}{
+		{"clean far path", metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: ms / 10}), nil, 0},
+		{"nothing at all", aggregate.Metrics{}, nil, 0},
+		{"slow app", metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: 60 * ms}), []Name{PeerThink}, 0.75},
+		{"bufferbloat", metrics(100, record.Components{Network: 180 * ms, Propagation: 20 * ms, Queueing: 160 * ms}), []Name{Bufferbloat}, 160.0 / 180},
+		{"queueing below propagation/2 is the path's own jitter",
+			metrics(100, record.Components{Network: 25 * ms, Propagation: 20 * ms, Queueing: 5 * ms}), nil, 0},
+		{"rwnd", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 300 * ms, SendWaitRwnd: 300 * ms}), []Name{RwndLimited}, 300.0 / 320},
+		{"sndbuf", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 20 * ms, SendWaitSndbuf: 20 * ms}), []Name{SndbufLimited}, 0.5},
+		{"nagle", metrics(10, record.Components{Network: 1 * ms, Propagation: 1 * ms, SendWait: 40 * ms, SendWaitOther: 40 * ms}), []Name{SendStall}, 40.0 / 41},
+		{"handshake", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 20 * ms}), []Name{ConnPerRequest}, 0.5},
+		{"local reader", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, LocalRead: 8 * ms}), []Name{LocalRead}, 0.8},
+		{"local think", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, Think: 8 * ms}), []Name{LocalThink}, 0.8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ds := Of(&c.m)
+			got := names(ds)
+			if len(got) != len(c.want) || (len(got) > 0 && got[0] != c.want[0]) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+			if len(ds) > 0 {
+				d := ds[0]
+				if d.Share < c.share-1e-9 || d.Share > c.share+1e-9 || d.Summary == "" || d.Fix == "" || len(d.Evidence) == 0 {
+					t.Errorf("%+v, want share %v", d, c.share)
+				}
+			}
+		})
+	}
+}
+
+func TestSlowStartAfterIdleVsCwnd(t *testing.T) {
+	m := metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 50 * ms, SendWaitCwnd: 50 * ms})
+	if ds := Of(&m); len(ds) != 1 || ds[0].Name != CwndLimited {
+		t.Errorf("without restarts: %v", names(ds))
+	}
+	m.Cwnd = aggregate.Cwnd{Restarts: 10, Min: 10, Max: 70}
+	m.SlowStartAfterIdle = true
+	ds := Of(&m)
+	if len(ds) != 1 || ds[0].Name != SlowStartAfterIdle || ds[0].Severity != Critical {
+		t.Fatalf("with restarts: %+v", ds)
+	}
+	if ev := ds[0].Evidence; ev[len(ev)-1].Name != "tcp_slow_start_after_idle" || ev[len(ev)-1].Value != 1 {
+		t.Errorf("evidence %+v", ev)
+	}
+}
+
+func TestLossAndTurnsAndOrder(t *testing.T) {
+	m := metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, LossRecovery: 200 * ms, Peer: 30 * ms})
+	m.RTOs, m.Retransmits = 1, 1
+	m.Turns.PerExchangeMean, m.Turns.PerExchangeMax = 6, 6
+	ds := Of(&m)
+	if got := names(ds); len(got) != 2 || got[0] != Loss || got[1] != ManyTurns {
+		t.Fatalf("%v", got)
+	}
+	extra, turns := WhatIf(&m, 20*ms)
+	if turns != 6 || extra != 120*ms {
+		t.Errorf("what-if %v over %v turns", extra, turns)
+	}
+}
+
+func TestSplit(t *testing.T) {
+	m := metrics(1, record.Components{Network: 10 * ms, SendWait: 5 * ms, LossRecovery: 1 * ms, Handshake: 2 * ms, Receive: 1 * ms, Peer: 3 * ms, LocalRead: 1 * ms, Think: 1 * ms})
+	s := SplitOf(&m)
+	if s.Network != 10*ms || s.Transport != 9*ms || s.App != 5*ms || s.Total() != m.Duration.Mean || s.Dominant() != "network" {
+		t.Errorf("%+v", s)
+	}
+	if (Split{}).Dominant() != "" {
+		t.Error("empty split has a dominant part")
+	}
+}
