@@ -9,7 +9,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/lattrace/lattrace/cli.version=$(VERSION)
 
 # Debian packages: build tools, and what the tests drive (network lab, peers).
-PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdump tshark util-linux
+PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdump tshark util-linux tmux
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
@@ -48,8 +48,10 @@ vmlinux:
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/lattrace
 
+# The live view: it reads a running daemon's API, or traces in-process when
+# there is none.
 run: setup mounts build
-	./$(BIN) daemon
+	./$(BIN) top
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$fmt" ] || { echo "not gofmt'd: $$fmt"; exit 1; }

@@ -499,6 +499,18 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 	st->hole_start_ns = 0;
 }
 
+/* The role of the first exchange seen on a socket. Normally the end that
+ * speaks first requests. A socket adopted mid-connection may be seen first
+ * in the middle of an exchange (the tail of a response, or a response being
+ * written), so there the ports decide: the listening port is usually the
+ * lower one and the client, the usual requester, has the ephemeral one. */
+static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direction)
+{
+	if (!st->partial || st->emitted_any)
+		return by_direction;
+	return st->flow.sport > st->flow.dport ? LT_REQUESTER : LT_RESPONDER;
+}
+
 /* The local app starts writing: a turn if the peer's message came before. */
 static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
@@ -509,7 +521,7 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 			reset_exchange(st, sk, tp, LT_REQUESTER, now);
 		}
 	} else if (st->phase == PHASE_NONE) {
-		reset_exchange(st, sk, tp, LT_REQUESTER, now);
+		reset_exchange(st, sk, tp, first_role(st, LT_REQUESTER), now);
 	}
 	st->phase = PHASE_OUT;
 	st->cur.w0 = now;
@@ -535,7 +547,7 @@ static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct
 			reset_exchange(st, sk, tp, LT_RESPONDER, now);
 		}
 	} else if (st->phase == PHASE_NONE) {
-		reset_exchange(st, sk, tp, LT_RESPONDER, now);
+		reset_exchange(st, sk, tp, first_role(st, LT_RESPONDER), now);
 	}
 	st->phase = PHASE_IN;
 	st->cur.r0 = now;

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lattrace/lattrace/daemon"
+	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
@@ -28,6 +29,7 @@ func newDaemon() *cobra.Command {
 				return usageError{fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", maxPairs)}
 			}
 			cfg.MaxPeerPairs = maxPairs
+			cfg.Version = Version()
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
 					return usageError{fmt.Errorf("--otlp-protocol %q: want %s or %s", p, otlp.ProtocolGRPC, otlp.ProtocolHTTP)}
@@ -54,6 +56,8 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.IntVar(&maxPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
+	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")
+	f.StringVar(&cfg.APIAddr, "api-addr", "", "also serve the local API on this loopback host:port")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics here (empty: off)")
 	f.BoolVar(&otlpOn, "otlp", false, "export OTLP spans and metrics (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT when --otlp-endpoint is not given)")
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")

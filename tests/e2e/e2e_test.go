@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,10 +45,17 @@ func TestMain(m *testing.M) {
 // run starts lattrace with args and returns its exit status and output.
 func run(t *testing.T, prefix []string, args ...string) (int, string, string) {
 	t.Helper()
+	return runEnv(t, nil, prefix, args...)
+}
+
+// runEnv is run with variables added to the environment.
+func runEnv(t *testing.T, env []string, prefix []string, args ...string) (int, string, string) {
+	t.Helper()
 	argv := append(append([]string{}, prefix...), append([]string{lattrace}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -222,6 +230,11 @@ func loopbackSends(t *testing.T, n int) string {
 // hook attached; the returned buffer collects its log.
 func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
+	if !slices.Contains(args, "--api-socket") {
+		// Not the node's default socket: a daemon running on this machine
+		// must not make the test fail, nor the test disturb it.
+		args = append(args, "--api-socket", filepath.Join(t.TempDir(), "api.sock"))
+	}
 	cmd := exec.Command(lattrace, args...)
 	cmd.Env = append(os.Environ(), "NODE_NAME=node-e2e")
 	stderr, err := cmd.StderrPipe()

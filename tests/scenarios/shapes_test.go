@@ -304,3 +304,84 @@ func TestBothEndsAgreeOnSequenceNumbers(t *testing.T) {
 		t.Errorf("%d distinct exchanges for %d requests", len(seen), len(recs))
 	}
 }
+
+// A tracer started in the middle of an exchange sees the client's socket
+// first when the response arrives and the server's when it writes the
+// response. The ports decide the roles there (the client has the ephemeral
+// one), so the client stays the requester and the server the responder,
+// and the peer's think time lands in app.peer from the next exchange on.
+func TestAdoptedMidExchange(t *testing.T) {
+	s := newLab(t, symmetric(5*time.Millisecond))
+	s.server(workload.ServerConfig{})
+	var conn net.Conn
+	if err := s.lab.A.Do(func() (err error) {
+		conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const think = 100 * time.Millisecond
+	send := func(id uint64, think time.Duration) {
+		req := make([]byte, 100)
+		workload.Header{Kind: workload.KindRequest, ID: id, ReqLen: 100, RespLen: 1000, ThinkMicros: uint32(think / time.Microsecond)}.Put(req)
+		if _, err := conn.Write(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() {
+		if _, err := io.ReadFull(conn, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server is thinking about request 1 when the tracer starts (it
+	// takes a few hundred ms to load).
+	start := time.Now()
+	send(1, 2*time.Second)
+	s.startTracer(tracer.Options{})
+	if time.Since(start) > 1500*time.Millisecond {
+		t.Fatalf("the tracer took %v to start: the test needs it attached before the response", time.Since(start))
+	}
+	recv()
+	for id := uint64(2); id <= 6; id++ {
+		send(id, think)
+		recv()
+	}
+	local := conn.LocalAddr().String()
+	conn.Close()
+	s.settle([]workload.ClientRecord{{Local: local}})
+	s.col.mu.Lock()
+	defer s.col.mu.Unlock()
+	var client, server []*record.Exchange
+	for _, e := range s.col.exchanges {
+		switch {
+		case e.Flow.Local.String() == local:
+			client = append(client, e)
+		case e.Flow.Remote.String() == local:
+			server = append(server, e)
+		}
+	}
+	// Exchange 1 (partial: its request came before the tracer) and 2..6.
+	for name, side := range map[string][]*record.Exchange{"client": client, "server": server} {
+		want := record.Requester
+		if name == "server" {
+			want = record.Responder
+		}
+		if len(side) != 6 {
+			t.Errorf("%s: %d exchanges, want 6", name, len(side))
+			for _, e := range side {
+				t.Logf("%s %+v %+v out %d in %d partial %v", e.Role, e.Timeline, e.Components, e.BytesOut, e.BytesIn, e.Partial)
+			}
+		}
+		for i, e := range side {
+			if e.Role != want || e.Partial != (i == 0) {
+				t.Errorf("%s exchange %d: role %s partial %v, want %s", name, i, e.Role, e.Partial, want)
+			}
+		}
+	}
+	for i, e := range client[1:] {
+		if e.Components.Peer < think || e.Components.Peer > think+20*time.Millisecond {
+			t.Errorf("client exchange %d: peer %v, want the server's %v think time", i+1, e.Components.Peer, think)
+		}
+	}
+}

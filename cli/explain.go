@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+func newExplain() *cobra.Command {
+	var whatIf time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain FLOW|PEER",
+		Short: "say in words where a flow's or a peer pair's time goes, what is abnormal and what to fix",
+		Long: "FLOW is a flow id (a number, the ID column of `lattrace flows`); PEER a peer pair id\n" +
+			"(p followed by hex digits, from `lattrace flows --peers`).",
+		Args: cobra.ExactArgs(1),
+	}
+	target, _ := apiFlag(cmd)
+	cmd.Flags().DurationVar(&whatIf, "what-if", 0, "also estimate each exchange's latency if the peer were this much more round-trip time away (e.g. 20ms)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON for it instead")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if whatIf < 0 {
+			return usageError{fmt.Errorf("--what-if %v is negative", whatIf)}
+		}
+		c, err := api.NewClient(target())
+		if err != nil {
+			return usageError{err}
+		}
+		id := args[0]
+		out := cmd.OutOrStdout()
+		var ex explanation
+		var detail any
+		if strings.HasPrefix(id, "p") {
+			d, err := c.Peer(cmd.Context(), id)
+			if err != nil {
+				return lookupError(err, "peer pair", id, target())
+			}
+			detail, ex = d, peerExplanation(&d)
+		} else {
+			d, err := c.Flow(cmd.Context(), id)
+			if err != nil {
+				return lookupError(err, "flow", id, target())
+			}
+			detail, ex = d, flowExplanation(&d)
+		}
+		if asJSON {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(detail)
+		}
+		ex.whatIf = whatIf
+		ex.write(out)
+		return nil
+	}
+	return cmd
+}
+
+func lookupError(err error, what, id, target string) error {
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("no %s %s: it closed, expired or was never seen (list them with `lattrace flows%s`)", what, id, map[bool]string{true: " --peers"}[what == "peer pair"])
+	}
+	return clientError(err, target)
+}
+
+// explanation is what explain says about one flow or peer pair.
+type explanation struct {
+	title     string
+	m         *aggregate.Metrics
+	split     diagnose.Split
+	diagnoses []diagnose.Diagnosis
+	whatIf    time.Duration
+}
+
+func flowExplanation(d *api.FlowDetail) explanation {
+	f := &d.Flow
+	who := f.Owner.Comm
+	if f.Owner.PID != 0 {
+		who = fmt.Sprintf("%s (pid %d)", f.Owner.Comm, f.Owner.PID)
+	}
+	role := string(f.ConnRole)
+	if f.ConnRole == record.RoleUnknown || role == "" {
+		role = "opened before lattrace started"
+	}
+	return explanation{
+		title:     fmt.Sprintf("Flow %s: %s, %s -> %s, %s", f.ID, who, f.Flow.Local, f.Flow.Remote, role),
+		m:         &f.Metrics,
+		split:     f.Split,
+		diagnoses: f.Diagnoses,
+	}
+}
+
+func peerExplanation(d *api.PeerDetail) explanation {
+	p := &d.Peer
+	var pair string
+	if p.Side == record.RoleServer {
+		pair = fmt.Sprintf("%s serving :%d to %s", p.Comm, p.LocalPort, p.Remote)
+	} else {
+		pair = fmt.Sprintf("%s calling %s", p.Comm, fmtAddrPort(p.Remote.String(), p.RemotePort))
+	}
+	return explanation{
+		title:     fmt.Sprintf("Peer pair %s: %s, %d connections", p.ID, pair, p.Connections),
+		m:         &p.Metrics,
+		split:     p.Split,
+		diagnoses: p.Diagnoses,
+	}
+}
+
+func fmtAddrPort(addr string, port uint16) string {
+	if strings.Contains(addr, ":") {
+		return fmt.Sprintf("[%s]:%d", addr, port)
+	}
+	return fmt.Sprintf("%s:%d", addr, port)
+}
+
+func (e explanation) write(w io.Writer) {
+	m := e.m
+	dur := diagnose.Dur
+	fmt.Fprintln(w, e.title)
+	timed := m.Exchanges - m.Partial
+	if timed == 0 {
+		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started): nothing to explain.\n", m.Exchanges, m.Partial)
+		return
+	}
+	fmt.Fprintf(w, "%d exchanges: p50 %s, p99 %s, max %s; %s sent, %s received, %d retransmissions\n",
+		m.Exchanges, dur(m.Duration.P50), dur(m.Duration.P99), dur(m.Duration.Max),
+		bytesText(m.Out.Bytes), bytesText(m.In.Bytes), m.Retransmits)
+
+	c := m.ComponentMeans
+	total := e.split.Total()
+	share := func(d time.Duration) string {
+		if total <= 0 {
+			return "  -"
+		}
+		return fmt.Sprintf("%3.0f %%", 100*float64(d)/float64(total))
+	}
+	fmt.Fprintf(w, "\nWhere the time goes (mean exchange %s):\n", dur(total))
+	fmt.Fprintf(w, "  network    %9s %s  propagation %s + queueing %s\n", dur(e.split.Network), share(e.split.Network), dur(c.Propagation), dur(c.Queueing))
+	fmt.Fprintf(w, "  transport  %9s %s  send wait %s (cwnd %s, rwnd %s, sndbuf %s, other %s), loss recovery %s, handshake %s, receive %s\n",
+		dur(e.split.Transport), share(e.split.Transport), dur(c.SendWait), dur(c.SendWaitCwnd), dur(c.SendWaitRwnd),
+		dur(c.SendWaitSndbuf), dur(c.SendWaitOther), dur(c.LossRecovery), dur(c.Handshake), dur(c.Receive))
+	fmt.Fprintf(w, "  app        %9s %s  peer %s, local read %s, local think %s\n", dur(e.split.App), share(e.split.App), dur(c.Peer), dur(c.LocalRead), dur(c.Think))
+	if d := e.split.Dominant(); d != "" {
+		fmt.Fprintf(w, "  Most of it is %s.\n", d)
+	}
+
+	if len(e.diagnoses) == 0 {
+		fmt.Fprintln(w, "\nNothing stands out: no part of the latency is above what a healthy path and an immediate peer give.")
+	} else {
+		fmt.Fprintln(w, "\nWhat stands out:")
+		for i, d := range e.diagnoses {
+			fmt.Fprintf(w, "  %d. %s (%s, %.0f %% of the latency): %s.\n", i+1, d.Name, d.Severity, 100*d.Share, d.Summary)
+			fmt.Fprintf(w, "     Fix: %s.\n", d.Fix)
+			var ev []string
+			for _, x := range d.Evidence {
+				ev = append(ev, evidenceText(x))
+			}
+			fmt.Fprintf(w, "     Numbers: %s\n", strings.Join(ev, ", "))
+		}
+	}
+	if e.whatIf > 0 {
+		extra, turns := diagnose.WhatIf(m, e.whatIf)
+		fmt.Fprintf(w, "\nWhat if the peer were %s further away (round trip): each exchange waits %.1f round trips (turns, plus handshakes), so it would take about %s longer: %s instead of %s on average.\n",
+			dur(e.whatIf), turns, dur(extra), dur(total+extra), dur(total))
+	}
+}
+
+func evidenceText(x diagnose.Evidence) string {
+	switch x.Unit {
+	case "ms":
+		return fmt.Sprintf("%s %s", x.Name, diagnose.Dur(time.Duration(x.Value*1e6)))
+	case "%":
+		return fmt.Sprintf("%s %.0f %%", x.Name, x.Value)
+	case "bytes/s":
+		return fmt.Sprintf("%s %s/s", x.Name, bytesText(uint64(x.Value)))
+	case "":
+		if x.Value == 0 || x.Value == 1 {
+			return fmt.Sprintf("%s=%d", x.Name, int(x.Value))
+		}
+		return fmt.Sprintf("%s %.1f", x.Name, x.Value)
+	}
+	return fmt.Sprintf("%s %.0f", x.Name, x.Value)
+}
+
+func bytesText(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", b)
+}

@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lattrace/lattrace/cli/top"
+	"github.com/lattrace/lattrace/daemon/api"
+)
+
+// listFlags are the selection flags `flows` and `top` share.
+type listFlags struct {
+	sort   string
+	filter string
+	peers  bool
+}
+
+func (l *listFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&l.sort, "sort", api.DefaultSort, "order, largest first: "+strings.Join(api.SortKeys, ", "))
+	f.StringVar(&l.filter, "filter", "", `keep matching rows: "comm:NAME pid:N port:N addr:IP[/BITS] netns:INODE container:ID" or free text`)
+	f.BoolVar(&l.peers, "peers", false, "peer pairs instead of flows")
+}
+
+func (l *listFlags) query() (api.Query, error) {
+	if !slices.Contains(api.SortKeys, l.sort) {
+		return api.Query{}, usageError{fmt.Errorf("--sort %q: want one of %s", l.sort, strings.Join(api.SortKeys, ", "))}
+	}
+	flt, err := api.ParseFilter(l.filter)
+	if err != nil {
+		return api.Query{}, usageError{fmt.Errorf("--filter: %w", err)}
+	}
+	return api.Query{Sort: l.sort, Filter: flt}, nil
+}
+
+func newFlows() *cobra.Command {
+	var lf listFlags
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "flows",
+		Short: "list the flows (or peer pairs) the daemon sees, once, as a table or JSON",
+		Args:  cobra.NoArgs,
+	}
+	target, _ := apiFlag(cmd)
+	lf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON (schema: docs/api.md)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many rows (0: all)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		q, err := lf.query()
+		if err != nil {
+			return err
+		}
+		if limit < 0 {
+			return usageError{fmt.Errorf("--limit %d is negative", limit)}
+		}
+		q.Limit = limit
+		c, err := api.NewClient(target())
+		if err != nil {
+			return usageError{err}
+		}
+		out := cmd.OutOrStdout()
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if lf.peers {
+			l, err := c.Peers(cmd.Context(), q)
+			if err != nil {
+				return clientError(err, target())
+			}
+			if asJSON {
+				return enc.Encode(l)
+			}
+			return top.WritePeers(out, l, tableWidth(os.Stdout))
+		}
+		l, err := c.Flows(cmd.Context(), q)
+		if err != nil {
+			return clientError(err, target())
+		}
+		if asJSON {
+			return enc.Encode(l)
+		}
+		return top.WriteFlows(out, l, tableWidth(os.Stdout))
+	}
+	return cmd
+}

@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lattrace/lattrace/cli/top"
+	"github.com/lattrace/lattrace/daemon"
+	"github.com/lattrace/lattrace/daemon/api"
+)
+
+func newTop() *cobra.Command {
+	var lf listFlags
+	var interval time.Duration
+	var once bool
+	var logFile string
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "live view of the flows on this node: where each one's latency goes, and what is wrong",
+		Long: "top reads a running daemon's API. Without one (and without --api), it runs the\n" +
+			"tracer in-process, which needs root. Keys are listed at the bottom of the screen.\n" +
+			"With --once, or when stdout is not a terminal, it prints one plain table and exits.",
+		Args: cobra.NoArgs,
+	}
+	target, explicit := apiFlag(cmd)
+	lf.add(cmd)
+	f := cmd.Flags()
+	f.DurationVar(&interval, "interval", time.Second, "refresh interval (250ms..60s)")
+	f.BoolVar(&once, "once", false, "print one plain table and exit")
+	f.StringVar(&logFile, "log-file", "", "with the in-process tracer, write its log here (default: discarded; its counters are in the health)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		q, err := lf.query()
+		if err != nil {
+			return err
+		}
+		if interval < 250*time.Millisecond || interval > time.Minute {
+			return usageError{fmt.Errorf("--interval %v outside 250ms..60s", interval)}
+		}
+		ctx, cancel := context.WithCancel(cmd.Context())
+		defer cancel()
+
+		src, err := topSource(ctx, target(), explicit(), logFile)
+		if err != nil {
+			return err
+		}
+		defer src.stop()
+		opts := top.Options{Interval: interval, Sort: q.Sort, Filter: q.Filter, Title: src.title, View: top.ViewFlows}
+		if lf.peers {
+			opts.View = top.ViewPeers
+		}
+		isTTY, w, h := terminal(os.Stdout)
+		if once || !isTTY {
+			return topOnce(ctx, src, opts, q, cmd.OutOrStdout())
+		}
+		if w < 80 || h < 24 {
+			return fmt.Errorf("terminal is %dx%d; lattrace top needs at least 80x24 (or use --once)", w, h)
+		}
+		return top.Run(ctx, src.c, opts, os.Stdin, os.Stdout)
+	}
+	return cmd
+}
+
+// topSrc is where top reads from.
+type topSrc struct {
+	c     *api.Client
+	title string
+	// inProcess: the tracer runs in this process and started just now.
+	inProcess bool
+	stop      func()
+}
+
+// topSource finds the daemon's API or, when there is none and none was
+// asked for by name, starts the tracer in this process behind a private
+// API socket, so the screen is the same either way.
+func topSource(ctx context.Context, target string, explicit bool, logFile string) (topSrc, error) {
+	c, err := api.NewClient(target)
+	if err != nil {
+		return topSrc{}, usageError{err}
+	}
+	_, err = c.Health(ctx)
+	switch {
+	case err == nil:
+		return topSrc{c: c, title: "daemon " + target, stop: func() {}}, nil
+	case !errors.Is(err, api.ErrNoDaemon) || explicit:
+		return topSrc{}, clientError(err, target)
+	}
+
+	dir, err := os.MkdirTemp("", "lattrace-top-")
+	if err != nil {
+		return topSrc{}, err
+	}
+	logw := io.Discard
+	if logFile != "" {
+		lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			os.RemoveAll(dir)
+			return topSrc{}, fmt.Errorf("--log-file: %w", err)
+		}
+		logw = lf
+	}
+	// The screen owns the terminal: the tracer's log must not draw on it.
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	sock := filepath.Join(dir, "api.sock")
+	d, err := daemon.New(daemon.Config{Output: "none", APISocket: sock, Version: Version()}, log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return topSrc{}, fmt.Errorf("no daemon at %s, and tracing in-process failed: %w", target, err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	c, err = api.NewClient(sock)
+	if err != nil {
+		stop()
+		<-done
+		os.RemoveAll(dir)
+		return topSrc{}, err
+	}
+	wait := func() {
+		stop()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "lattrace: in-process tracer: %v\n", err)
+		}
+		os.RemoveAll(dir)
+	}
+	return topSrc{c: c, title: "in-process tracer (no daemon at " + target + ")", inProcess: true, stop: wait}, nil
+}
+
+// topOnce prints one table. A fresh in-process tracer has seen nothing
+// yet, so it first traces for one interval.
+func topOnce(ctx context.Context, src topSrc, opts top.Options, q api.Query, out io.Writer) error {
+	c := src.c
+	if src.inProcess {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(opts.Interval):
+		}
+	}
+	width := tableWidth(os.Stdout)
+	if opts.View == top.ViewPeers {
+		l, err := c.Peers(ctx, q)
+		if err != nil {
+			return clientError(err, c.Target)
+		}
+		return top.WritePeers(out, l, width)
+	}
+	l, err := c.Flows(ctx, q)
+	if err != nil {
+		return clientError(err, c.Target)
+	}
+	return top.WriteFlows(out, l, width)
+}

@@ -1,0 +1,208 @@
+package top
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/lattrace/lattrace/daemon/api"
+)
+
+// key handles a key press; the command it returns is a refresh, a quit or
+// nothing, never a wait.
+func (m *model) key(k tea.KeyMsg) tea.Cmd {
+	if k.Type == tea.KeyCtrlC {
+		return tea.Quit
+	}
+	if m.prompting {
+		return m.promptKey(k)
+	}
+	m.note = ""
+	if k.Paste {
+		// Pasted text is never a command.
+		return nil
+	}
+	switch k.String() {
+	case "+", "=":
+		return m.stepInterval(+1)
+	case "-", "_":
+		return m.stepInterval(-1)
+	}
+	if d := m.top(); d != nil {
+		return m.detailKey(d, k)
+	}
+	return m.listKey(k)
+}
+
+// moveKey moves c over ids for the movement keys, page rows at a time for
+// the paging ones; it reports whether key was one.
+func moveKey(c *cursor, ids []string, key string, page int) bool {
+	page = max(page-1, 1) // a page keeps one row of context
+	switch key {
+	case "up", "k":
+		c.move(-1, ids)
+	case "down", "j":
+		c.move(+1, ids)
+	case "pgup", "ctrl+b":
+		c.move(-page, ids)
+	case "pgdown", "ctrl+f", " ":
+		c.move(+page, ids)
+	case "home", "g":
+		c.move(-len(ids), ids)
+	case "end", "G":
+		c.move(+len(ids), ids)
+	default:
+		return false
+	}
+	return true
+}
+
+func (m *model) listKey(k tea.KeyMsg) tea.Cmd {
+	c, ids := m.list()
+	if moveKey(c, ids, k.String(), m.listRows()) {
+		return nil
+	}
+	switch k.String() {
+	case "q":
+		return tea.Quit
+	case "enter":
+		return m.open()
+	case "v", "tab", "shift+tab":
+		if m.view == ViewPeers {
+			m.view = ViewFlows
+		} else {
+			m.view = ViewPeers
+		}
+		return m.refresh()
+	case "s":
+		i := slices.Index(api.SortKeys, m.sort)
+		return m.setSort(api.SortKeys[(i+1)%len(api.SortKeys)])
+	case "p":
+		return m.setSort("p99")
+	case "P", "5":
+		return m.setSort("p50")
+	case "r":
+		return m.setSort("rate")
+	case "R":
+		return m.setSort("retrans")
+	case "t":
+		return m.setSort("turns")
+	case "e":
+		return m.setSort("exchanges")
+	case "/":
+		m.prompting = true
+		m.input = m.draft
+		if m.input == "" {
+			m.input = m.filter.String()
+		}
+	case "c", "esc":
+		if !m.filter.Empty() {
+			m.filter, m.draft = api.Filter{}, ""
+			m.rebuild()
+			return m.refresh()
+		}
+	}
+	return nil
+}
+
+// open shows the detail of the selected row.
+func (m *model) open() tea.Cmd {
+	c, ids := m.list()
+	if len(ids) == 0 {
+		return nil
+	}
+	d := &detail{kind: m.view, id: ids[c.idx]}
+	if m.view == ViewPeers {
+		d.peer = m.peers[c.idx]
+	} else {
+		d.flow = m.flows[c.idx]
+	}
+	m.stack = append(m.stack, d)
+	return m.refresh()
+}
+
+func (m *model) detailKey(d *detail, k tea.KeyMsg) tea.Cmd {
+	ids := flowIDs(d.flows)
+	if moveKey(&d.cur, ids, k.String(), m.peerFlowRows(d)) {
+		return nil
+	}
+	switch k.String() {
+	case "esc", "backspace", "q", "left", "h":
+		m.stack = m.stack[:len(m.stack)-1]
+		return m.refresh()
+	case "enter":
+		// From a peer pair into one of its flows; esc comes back.
+		if d.kind == ViewPeers && len(d.flows) > 0 {
+			m.stack = append(m.stack, &detail{kind: ViewFlows, id: ids[d.cur.idx], flow: d.flows[d.cur.idx]})
+			return m.refresh()
+		}
+	}
+	return nil
+}
+
+// promptKey edits the filter being typed.
+func (m *model) promptKey(k tea.KeyMsg) tea.Cmd {
+	switch k.Type {
+	case tea.KeyEnter:
+		m.prompting = false
+		f, err := api.ParseFilter(m.input)
+		if err != nil {
+			m.note = "bad filter: " + oneLine(err.Error())
+			m.draft = m.input
+			return nil
+		}
+		m.filter, m.draft = f, ""
+		m.rebuild()
+		return m.refresh()
+	case tea.KeyEsc:
+		m.prompting = false
+	case tea.KeyBackspace, tea.KeyCtrlH:
+		if r := []rune(m.input); len(r) > 0 {
+			m.input = string(r[:len(r)-1])
+		}
+	case tea.KeyCtrlU:
+		m.input = ""
+	case tea.KeyCtrlW:
+		t := strings.TrimRight(m.input, " ")
+		m.input = t[:strings.LastIndex(t, " ")+1]
+	case tea.KeySpace:
+		m.input += " "
+	case tea.KeyRunes:
+		m.input += sanitize(string(k.Runes))
+	}
+	return nil
+}
+
+func (m *model) setSort(key string) tea.Cmd {
+	m.sort = key
+	m.rebuild()
+	return m.refresh()
+}
+
+// stepInterval moves the refresh interval to the next step up or down;
+// an interval between steps (from Options) goes to the neighbouring one.
+func (m *model) stepInterval(dir int) tea.Cmd {
+	steps := []time.Duration{
+		250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+		5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+	}
+	next := m.interval
+	if dir > 0 {
+		if i := slices.IndexFunc(steps, func(s time.Duration) bool { return s > m.interval }); i >= 0 {
+			next = steps[i]
+		}
+	} else {
+		for _, s := range steps {
+			if s < m.interval {
+				next = s
+			}
+		}
+	}
+	if next == m.interval {
+		return nil
+	}
+	m.interval = next
+	return m.refresh()
+}

@@ -1,0 +1,225 @@
+package top
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The frame: header lines above the body, a status line and a key line
+// below it.
+const (
+	headerHeight = 2
+	footerHeight = 2
+)
+
+// View draws exactly the terminal's height in lines, none wider than it.
+func (m *model) View() string {
+	if m.width <= 0 || m.height <= 0 {
+		return ""
+	}
+	if m.width < minWidth || m.height < minHeight {
+		return truncate(fmt.Sprintf("terminal is %dx%d; lattrace top needs at least %dx%d",
+			m.width, m.height, minWidth, minHeight), m.width)
+	}
+	bodyH := m.height - headerHeight - footerHeight
+	var body []string
+	if d := m.top(); d != nil {
+		body = m.detailBody(d, bodyH)
+	} else {
+		body = m.listBody(bodyH)
+	}
+	lines := make([]string, 0, m.height)
+	lines = append(lines, m.header()...)
+	lines = append(lines, body[:min(len(body), bodyH)]...)
+	for len(lines) < m.height-footerHeight {
+		lines = append(lines, "")
+	}
+	lines = append(lines, m.status(), m.keyLine())
+	for i := range lines {
+		lines[i] = m.st.clip(lines[i], m.width)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// listRows is how many rows of the list fit under its column titles.
+func (m *model) listRows() int {
+	return m.height - headerHeight - footerHeight - 1
+}
+
+// header is the title line (with the legend of the bar) and the state
+// line: view, sort, filter, interval, rows.
+func (m *model) header() []string {
+	const name = "lattrace top"
+	lw := width(plainLegend())
+	left := name
+	if m.title != "" {
+		left += " · " + m.title
+	}
+	left = truncate(left, m.width-lw-2)
+	styled := left
+	if rest, ok := strings.CutPrefix(left, name); ok {
+		styled = m.st.title.Render(name) + rest
+	}
+	first := styled + strings.Repeat(" ", max(m.width-width(left)-lw, 1)) + m.st.legend()
+
+	items := []string{"view: " + m.viewPath(), "sort: " + m.sort, "", "refresh: " + fmtInterval(m.interval)}
+	if r := m.rowsText(); r != "" {
+		items = append(items, "rows: "+r)
+	}
+	const sep = "  "
+	used := width(sep) * (len(items) - 1)
+	for _, it := range items {
+		used += width(it)
+	}
+	filter := "none"
+	if !m.filter.Empty() {
+		filter = sanitize(m.filter.String())
+	}
+	// The filter is the one item of unbounded length: it gives way.
+	items[2] = truncate("filter: "+filter, max(m.width-used, 9))
+	return []string{first, strings.Join(items, sep)}
+}
+
+// viewPath says what is on screen: the list, and the details opened from
+// it.
+func (m *model) viewPath() string {
+	p := string(m.view)
+	for _, d := range m.stack {
+		noun := "flow"
+		if d.kind == ViewPeers {
+			noun = "peer"
+		}
+		p += " › " + noun + " " + sanitize(d.id)
+	}
+	return p
+}
+
+// rowsText is "shown/total", with the range shown when the list scrolls.
+func (m *model) rowsText() string {
+	var c cursor
+	var n, vis int
+	if d := m.top(); d != nil {
+		if d.kind != ViewPeers {
+			return ""
+		}
+		c, n, vis = d.cur, len(d.flows), m.peerFlowRows(d)
+	} else {
+		cp, ids := m.list()
+		c, n, vis = *cp, len(ids), m.listRows()
+	}
+	if n <= vis {
+		return fmt.Sprintf("%d/%d", n, n)
+	}
+	off := c.offset(vis, n)
+	return fmt.Sprintf("%d-%d/%d", off+1, min(off+vis, n), n)
+}
+
+// status is the line above the keys: the filter being typed, or the last
+// error, in red.
+func (m *model) status() string {
+	switch {
+	case m.prompting:
+		const hint = "  enter apply · esc cancel · e.g. comm:curl port:8080 addr:10.0.0.0/8 pid:42"
+		line := "filter: " + m.input + "▏"
+		if width(line) > m.width-1 {
+			// Keep the end in view: that is where the typing is.
+			r := []rune(m.input + "▏")
+			for width("filter: …"+string(r)) > m.width-1 {
+				r = r[1:]
+			}
+			line = "filter: …" + string(r)
+		}
+		return line + m.st.dim.Render(truncate(hint, m.width-width(line)))
+	case m.note != "":
+		return m.st.err.Render(truncate(m.note, m.width))
+	case m.fetchErr != "":
+		return m.st.err.Render(truncate(fmt.Sprintf("error: %s (retrying every %s)", m.fetchErr, fmtInterval(m.interval)), m.width))
+	}
+	return ""
+}
+
+// keyLine lists the keys that work here, as many as fit.
+func (m *model) keyLine() string {
+	var keys [][2]string
+	if d := m.top(); d != nil {
+		keys = append(keys, [2]string{"esc", "back"})
+		if d.kind == ViewPeers {
+			keys = append(keys, [2]string{"↑↓", "move"}, [2]string{"enter", "flow"})
+		}
+		keys = append(keys, [2]string{"+/-", "refresh"}, [2]string{"ctrl+c", "quit"})
+	} else {
+		other := ViewPeers
+		if m.view == ViewPeers {
+			other = ViewFlows
+		}
+		keys = append(keys,
+			[2]string{"q", "quit"}, [2]string{"↑↓", "move"}, [2]string{"enter", "detail"},
+			[2]string{"v", string(other)}, [2]string{"/", "filter"}, [2]string{"c", "clear"},
+			[2]string{"s", "sort"}, [2]string{"+/-", "refresh"}, [2]string{"p P r R t e", "sort by"},
+		)
+	}
+	var b strings.Builder
+	used := 0
+	for i, k := range keys {
+		w := width(k[0]) + 1 + width(k[1])
+		if i > 0 {
+			w += 2
+		}
+		if used+w > m.width {
+			break
+		}
+		if i > 0 {
+			b.WriteString("  ")
+		}
+		b.WriteString(m.st.key.Render(k[0]) + " " + m.st.dim.Render(k[1]))
+		used += w
+	}
+	return b.String()
+}
+
+// listBody is the column titles and the rows that fit, scrolled to the
+// cursor.
+func (m *model) listBody(h int) []string {
+	t := flowTable(m.flows, m.sort)
+	if m.view == ViewPeers {
+		t = peerTable(m.peers, m.sort)
+	}
+	c, _ := m.list()
+	return m.tableLines(t, c, h, m.emptyText())
+}
+
+// tableLines draws t in h lines with the cursor's row in reverse video.
+func (m *model) tableLines(t *table, c *cursor, h int, empty string) []string {
+	ws := t.layout(m.width)
+	lines := []string{m.st.colHead.Render(truncate(t.header(ws), m.width))}
+	if len(t.rows) == 0 {
+		return append(lines, empty)
+	}
+	vis := h - 1
+	off := c.offset(vis, len(t.rows))
+	for i := off; i < min(off+vis, len(t.rows)); i++ {
+		if i == c.idx {
+			plain := truncate(t.line(&t.rows[i], ws, nil), m.width)
+			lines = append(lines, m.st.selected.Render(pad(plain, m.width, false)))
+			continue
+		}
+		lines = append(lines, t.line(&t.rows[i], ws, m.st.paint))
+	}
+	return lines
+}
+
+func (m *model) emptyText() string {
+	noun, loaded := "flows", m.flowsLoaded
+	if m.view == ViewPeers {
+		noun, loaded = "peer pairs", m.peersLoaded
+	}
+	switch {
+	case !loaded && m.fetchErr != "":
+		return "no data yet: see the error below"
+	case !loaded:
+		return "loading…"
+	case !m.filter.Empty():
+		return fmt.Sprintf("no %s match the filter (c clears it)", noun)
+	}
+	return "no " + noun + " yet"
+}
