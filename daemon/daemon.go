@@ -99,23 +99,6 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, agg: aggregate.New(cfg.Aggregate), closeOut: func() {}, start: time.Now()}
 	d.hist = history.New(history.Config{Flows: d.agg.Config().MaxFlows})
 	d.sinks = fanout{aggregatorSink{d.agg, d.hist}}
-	if cfg.APISocket != "" || cfg.APIAddr != "" {
-		// Before the tracer loads: a second daemon on the same socket is
-		// refused before it attaches anything.
-		ls, err := api.Listen(cfg.APISocket, cfg.APIAddr)
-		if err != nil {
-			return nil, err
-		}
-		d.apiLs = ls
-		d.api = api.NewServer(d.agg, d.hist, d.health, log)
-		d.closeOut = func() {
-			d.api.Close()
-			// Listeners Serve never took are not closed by the server.
-			for _, l := range ls {
-				l.Close()
-			}
-		}
-	}
 	if root, err := tracer.Cgroup2Root(); err == nil {
 		d.containers = containers.New(root)
 	}
@@ -189,6 +172,27 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.tracer = tr
+	if cfg.APISocket != "" || cfg.APIAddr != "" {
+		// After the tracer loaded: without privilege, the line to give is
+		// the tracer's, which names what is missing.
+		ls, err := api.Listen(cfg.APISocket, cfg.APIAddr)
+		if err != nil {
+			tr.Close()
+			d.closeOut()
+			return nil, err
+		}
+		d.apiLs = ls
+		d.api = api.NewServer(d.agg, d.hist, d.health, log)
+		prev := d.closeOut
+		d.closeOut = func() {
+			d.api.Close()
+			// Listeners Serve never took are not closed by the server.
+			for _, l := range ls {
+				l.Close()
+			}
+			prev()
+		}
+	}
 	if d.prom != nil {
 		d.registerHealth()
 	}

@@ -237,19 +237,32 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		turns = ex.Turns - f.prevTurns
 	}
 	f.prevTurns = ex.Turns
-	p := a.attribute(f, &ex.Owner, ex.ConnRole, ex.Role, t)
+	// A socket adopted from softirq has no owner until its process next
+	// touches it: its first exchange counts for the flow, and for the pair
+	// only once the pair is known, rather than under a nameless pair.
+	hasOwner := ex.Owner.Comm != "" || ex.Owner.CgroupID != 0
+	var p *peerEntry
+	if hasOwner {
+		p = a.attribute(f, &ex.Owner, ex.ConnRole, ex.Role, t)
+	} else {
+		p = a.livePeer(f)
+	}
 
 	f.mu.Lock()
 	if f.connRole == "" || f.connRole == record.RoleUnknown {
 		f.connRole = ex.ConnRole
 	}
-	f.owner = ex.Owner
+	if hasOwner {
+		f.owner = ex.Owner
+	}
 	f.m.add(&a.flowSC, ex, turns)
 	f.mu.Unlock()
 
-	p.mu.Lock()
-	p.m.add(&a.peerSC, ex, turns)
-	p.mu.Unlock()
+	if p != nil {
+		p.mu.Lock()
+		p.m.add(&a.peerSC, ex, turns)
+		p.mu.Unlock()
+	}
 	a.wmu.Unlock()
 	a.exchanges.Add(1)
 }

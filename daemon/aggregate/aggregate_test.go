@@ -488,3 +488,23 @@ func TestConcurrentSnapshots(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// A socket adopted from softirq has no owner at its first exchange: that
+// exchange counts for the flow, and the pair is the owner's, not a
+// nameless one.
+func TestOwnerlessFirstExchange(t *testing.T) {
+	a := New(Config{})
+	e1 := exch("10.0.0.1:40000", "10.0.0.2:443", 1, record.Owner{}, record.RoleUnknown, at(1), 10*ms)
+	e1.Partial = true
+	a.AddExchange(e1)
+	if p := a.Peers(); len(p) != 0 {
+		t.Fatalf("a pair without an owner: %+v", p)
+	}
+	a.AddExchange(exch("10.0.0.1:40000", "10.0.0.2:443", 1, owner("curl", 7, 1), record.RoleUnknown, at(2), 10*ms))
+	a.AddExchange(exch("10.0.0.1:40000", "10.0.0.2:443", 1, record.Owner{}, record.RoleUnknown, at(3), 10*ms))
+	f, _ := a.Flow(flowKey(e1))
+	p := a.Peers()
+	if f.Exchanges != 3 || f.Owner.Comm != "curl" || len(p) != 1 || p[0].Comm != "curl" || p[0].Exchanges != 2 || p[0].Connections != 1 {
+		t.Errorf("flow %d exchanges owner %q; pairs %+v", f.Exchanges, f.Owner.Comm, p)
+	}
+}

@@ -181,7 +181,7 @@ func TestFlowsAndExplain(t *testing.T) {
 	}
 	code, out, stderr = run(t, nil, "explain", pid, "--api", sock)
 	if pid == "" || code != 0 || !strings.Contains(out, "Peer pair "+pid) || !strings.Contains(out, "app_peer") {
-		t.Errorf("explain of the slow peer pair %q: exit %d %s\n%s", pid, code, stderr, out)
+		t.Errorf("explain of the slow peer pair %q: exit %d %s\n%s\n%s", pid, code, stderr, out, peers)
 	}
 
 	// What a person gets wrong, one line each.
