@@ -78,7 +78,7 @@ type explanation struct {
 	title     string
 	m         *aggregate.Metrics
 	split     diagnose.Split
-	diagnoses []diagnose.Diagnosis
+	diagnoses []record.Diagnosis
 	whatIf    time.Duration
 }
 
@@ -175,7 +175,7 @@ func (e explanation) write(w io.Writer) {
 	}
 }
 
-func evidenceText(x diagnose.Evidence) string {
+func evidenceText(x record.Evidence) string {
 	switch x.Unit {
 	case "ms":
 		return fmt.Sprintf("%s %s", x.Name, diagnose.Dur(time.Duration(x.Value*1e6)))

@@ -88,7 +88,7 @@ func metrics(p50, p99 time.Duration, retrans uint64, turns float64, exchanges ui
 	}
 }
 
-func flow(id, comm string, pid uint32, local, remote string, rate float64, m aggregate.Metrics, diags ...diagnose.Name) api.Flow {
+func flow(id, comm string, pid uint32, local, remote string, rate float64, m aggregate.Metrics, diags ...record.DiagnosisName) api.Flow {
 	f := api.Flow{ID: id, Rate: rate}
 	f.Flow = record.Flow{Local: netip.MustParseAddrPort(local), Remote: netip.MustParseAddrPort(remote), Netns: 4026531840}
 	f.Owner = record.Owner{PID: pid, Comm: comm}
@@ -97,8 +97,8 @@ func flow(id, comm string, pid uint32, local, remote string, rate float64, m agg
 	f.Split = diagnose.SplitOf(&f.Metrics)
 	f.Dominant = f.Split.Dominant()
 	for _, d := range diags {
-		f.Diagnoses = append(f.Diagnoses, diagnose.Diagnosis{
-			Name: d, Severity: diagnose.Warning, Share: 0.6,
+		f.Diagnoses = append(f.Diagnoses, record.Diagnosis{
+			Name: d, Severity: record.SeverityWarning, Share: 0.6,
 			Summary: "a summary long enough to wrap on a terminal eighty columns wide, because diagnoses say what they saw with numbers",
 			Fix:     "do the thing that fixes it",
 		})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -58,7 +57,7 @@ func metricCells(m *aggregate.Metrics, rate float64) [][]string {
 }
 
 // diagCell names the finding that explains the most latency.
-func diagCell(d []diagnose.Diagnosis) []string {
+func diagCell(d []record.Diagnosis) []string {
 	if len(d) == 0 {
 		return []string{"-"}
 	}

@@ -3,7 +3,7 @@ package top
 import (
 	"github.com/charmbracelet/lipgloss"
 
-	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/record"
 )
 
 // styles are made from the renderer of the output the screen is drawn on,
@@ -18,7 +18,7 @@ type styles struct {
 	dim      lipgloss.Style
 	key      lipgloss.Style
 	parts    [numParts]lipgloss.Style
-	severity map[diagnose.Severity]lipgloss.Style
+	severity map[record.Severity]lipgloss.Style
 }
 
 func newStyles(r *lipgloss.Renderer) styles {
@@ -34,10 +34,10 @@ func newStyles(r *lipgloss.Renderer) styles {
 	s.parts[partNetwork] = r.NewStyle().Foreground(lipgloss.Color("12"))
 	s.parts[partTransport] = r.NewStyle().Foreground(lipgloss.Color("11"))
 	s.parts[partApp] = r.NewStyle().Foreground(lipgloss.Color("13"))
-	s.severity = map[diagnose.Severity]lipgloss.Style{
-		diagnose.Critical: r.NewStyle().Foreground(lipgloss.Color("9")).Bold(true),
-		diagnose.Warning:  r.NewStyle().Foreground(lipgloss.Color("11")),
-		diagnose.Info:     r.NewStyle().Foreground(lipgloss.Color("14")),
+	s.severity = map[record.Severity]lipgloss.Style{
+		record.SeverityCritical: r.NewStyle().Foreground(lipgloss.Color("9")).Bold(true),
+		record.SeverityWarning:  r.NewStyle().Foreground(lipgloss.Color("11")),
+		record.SeverityInfo:     r.NewStyle().Foreground(lipgloss.Color("14")),
 	}
 	return s
 }
@@ -70,7 +70,7 @@ func plainLegend() string {
 }
 
 // sev styles a severity's name.
-func (s *styles) sev(v diagnose.Severity) string {
+func (s *styles) sev(v record.Severity) string {
 	st, ok := s.severity[v]
 	if !ok {
 		return string(v)

@@ -229,7 +229,7 @@ func sendWait(c record.Components) string {
 }
 
 // diagLines are every diagnosis, its severity coloured, then its fix.
-func (m *model) diagLines(met *aggregate.Metrics, ds []diagnose.Diagnosis, w int) []string {
+func (m *model) diagLines(met *aggregate.Metrics, ds []record.Diagnosis, w int) []string {
 	if len(ds) == 0 {
 		if !hasTiming(met) {
 			return []string{m.st.dim.Render("no diagnosis yet: no timed exchanges")}

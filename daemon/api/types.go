@@ -33,10 +33,10 @@ type Flow struct {
 	// one.
 	PeerID string `json:"peer_id,omitempty"`
 	// Rate is exchanges per second over the last 5 to 10 s.
-	Rate      float64              `json:"exchanges_per_s"`
-	Split     diagnose.Split       `json:"split"`
-	Dominant  string               `json:"dominant"`
-	Diagnoses []diagnose.Diagnosis `json:"diagnoses"`
+	Rate      float64            `json:"exchanges_per_s"`
+	Split     diagnose.Split     `json:"split"`
+	Dominant  string             `json:"dominant"`
+	Diagnoses []record.Diagnosis `json:"diagnoses"`
 }
 
 // Peer is one peer pair ("this program talking to that service").
@@ -45,10 +45,10 @@ type Peer struct {
 	ID string `json:"id"`
 	aggregate.PeerStats
 	// Rate is the sum of its live flows' rates.
-	Rate      float64              `json:"exchanges_per_s"`
-	Split     diagnose.Split       `json:"split"`
-	Dominant  string               `json:"dominant"`
-	Diagnoses []diagnose.Diagnosis `json:"diagnoses"`
+	Rate      float64            `json:"exchanges_per_s"`
+	Split     diagnose.Split     `json:"split"`
+	Dominant  string             `json:"dominant"`
+	Diagnoses []record.Diagnosis `json:"diagnoses"`
 }
 
 // FlowList answers GET /v1/flows.

@@ -13,70 +13,24 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/record"
 )
-
-// Name identifies a diagnosis; it is stable (metrics and scripts use it).
-type Name string
 
 // The diagnoses lattrace knows.
 const (
-	SlowStartAfterIdle Name = "slow_start_after_idle"
-	Bufferbloat        Name = "bufferbloat"
-	ConnPerRequest     Name = "connection_per_request"
-	CwndLimited        Name = "cwnd_limited"
-	RwndLimited        Name = "rwnd_limited"
-	SndbufLimited      Name = "sndbuf_limited"
-	SendStall          Name = "send_stall"
-	Loss               Name = "loss"
-	ManyTurns          Name = "many_turns"
-	PeerThink          Name = "app_peer"
-	LocalRead          Name = "app_local_read"
-	LocalThink         Name = "app_think"
+	SlowStartAfterIdle record.DiagnosisName = "slow_start_after_idle"
+	Bufferbloat        record.DiagnosisName = "bufferbloat"
+	ConnPerRequest     record.DiagnosisName = "connection_per_request"
+	CwndLimited        record.DiagnosisName = "cwnd_limited"
+	RwndLimited        record.DiagnosisName = "rwnd_limited"
+	SndbufLimited      record.DiagnosisName = "sndbuf_limited"
+	SendStall          record.DiagnosisName = "send_stall"
+	Loss               record.DiagnosisName = "loss"
+	ManyTurns          record.DiagnosisName = "many_turns"
+	PeerThink          record.DiagnosisName = "app_peer"
+	LocalRead          record.DiagnosisName = "app_local_read"
+	LocalThink         record.DiagnosisName = "app_think"
 )
-
-// Severity ranks diagnoses: Info is how the time is spent when nothing is
-// wrong (a far peer, a slow peer app), Warning and Critical are something
-// to fix, by the share of latency at stake.
-type Severity string
-
-// Severities, lowest first.
-const (
-	Info     Severity = "info"
-	Warning  Severity = "warning"
-	Critical Severity = "critical"
-)
-
-func (s Severity) rank() int {
-	switch s {
-	case Critical:
-		return 2
-	case Warning:
-		return 1
-	}
-	return 0
-}
-
-// Evidence is one number a diagnosis rests on.
-type Evidence struct {
-	Name  string  `json:"name"`
-	Value float64 `json:"value"`
-	// Unit is "ms", "%", "segments", "count", "bytes" or "" (a flag).
-	Unit string `json:"unit"`
-}
-
-// Diagnosis is one finding.
-type Diagnosis struct {
-	Name     Name     `json:"name"`
-	Severity Severity `json:"severity"`
-	// Share is the fraction of the mean exchange latency this finding
-	// explains, 0..1.
-	Share float64 `json:"share"`
-	// Summary says in one sentence, with numbers, what was seen.
-	Summary  string     `json:"summary"`
-	Evidence []Evidence `json:"evidence"`
-	// Fix is what to change, in words a person can act on.
-	Fix string `json:"fix"`
-}
 
 // Split is the mean latency of an exchange grouped the way the model names
 // its parts: network (propagation + queueing), transport (send wait, loss
@@ -129,7 +83,7 @@ const (
 
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
-func Of(m *aggregate.Metrics) []Diagnosis {
+func Of(m *aggregate.Metrics) []record.Diagnosis {
 	n := m.Exchanges - m.Partial
 	mean := m.Duration.Mean
 	if n == 0 || mean <= 0 {
@@ -137,25 +91,25 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 	}
 	c := m.ComponentMeans
 	share := func(d time.Duration) float64 { return float64(d) / float64(mean) }
-	sev := func(s float64) Severity {
+	sev := func(s float64) record.Severity {
 		if s >= criticalShare {
-			return Critical
+			return record.SeverityCritical
 		}
-		return Warning
+		return record.SeverityWarning
 	}
-	var out []Diagnosis
-	add := func(d Diagnosis) { out = append(out, d) }
+	var out []record.Diagnosis
+	add := func(d record.Diagnosis) { out = append(out, d) }
 
 	// Send wait, by cause. Slow start after idle is the cwnd wait of
 	// exchanges whose window was restarted by an idle gap.
 	if s := share(c.SendWaitCwnd); s >= minShare {
 		if m.Cwnd.Restarts > 0 {
 			restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
-			add(Diagnosis{
+			add(record.Diagnosis{
 				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
 				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
 					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
-				Evidence: []Evidence{
+				Evidence: []record.Evidence{
 					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
 					percent("exchanges_restarted", restarted),
 					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
@@ -164,11 +118,11 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 				Fix: "set net.ipv4.tcp_slow_start_after_idle=0 (a per-namespace sysctl: the pod's securityContext.sysctls in Kubernetes), or use BBR, which keeps its window across idle",
 			})
 		} else {
-			add(Diagnosis{
+			add(record.Diagnosis{
 				Name: CwndLimited, Severity: sev(s), Share: s,
 				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window (cwnd %d..%d segments, %s retransmitted)",
 					pct(s), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
-				Evidence: []Evidence{
+				Evidence: []record.Evidence{
 					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
 				},
@@ -177,36 +131,36 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		}
 	}
 	if s := share(c.SendWaitRwnd); s >= minShare {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: RwndLimited, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is waiting for the peer's receive window: the peer reads slowly or its receive buffer is small", pct(s)),
-			Evidence: []Evidence{msEv("send_wait_rwnd_mean", c.SendWaitRwnd)},
+			Evidence: []record.Evidence{msEv("send_wait_rwnd_mean", c.SendWaitRwnd)},
 			Fix:      "on the peer: read faster, or raise its receive buffer (net.ipv4.tcp_rmem, or stop setting a small SO_RCVBUF)",
 		})
 	}
 	if s := share(c.SendWaitSndbuf); s >= minShare {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: SndbufLimited, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is the application blocked on a full local send buffer", pct(s)),
-			Evidence: []Evidence{msEv("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
+			Evidence: []record.Evidence{msEv("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
 			Fix:      "raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)",
 		})
 	}
 	if s := share(c.SendWaitOther); s >= minShare {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: SendStall, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the window open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
-			Evidence: []Evidence{msEv("send_wait_other_mean", c.SendWaitOther)},
+			Evidence: []record.Evidence{msEv("send_wait_other_mean", c.SendWaitOther)},
 			Fix:      "set TCP_NODELAY on small writes, or write each message in one call",
 		})
 	}
 	// Queueing above the path's minimum: bufferbloat.
 	if s := share(c.Queueing); s >= minShare && c.Queueing > c.Propagation/2 {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: Bufferbloat, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
 				pct(s), dur(c.Network), dur(c.Propagation)),
-			Evidence: []Evidence{
+			Evidence: []record.Evidence{
 				msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
 				msEv("path_rtt_p50", m.RTT.Path.P50), msEv("path_rtt_p99", m.RTT.Path.P99),
 			},
@@ -214,11 +168,11 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 		})
 	}
 	if s := share(c.LossRecovery); s >= minShare/2 || m.RTOs > 0 && s > 0 {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: Loss, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s, %s",
 				pct(s), countOf(m.Retransmits, "retransmission"), countOf(m.RTOs, "timeout")),
-			Evidence: []Evidence{
+			Evidence: []record.Evidence{
 				msEv("loss_recovery_mean", c.LossRecovery), msEv("loss_recovery_max", m.Components.LossRecovery.Max),
 				count("retransmits", m.Retransmits), count("rtos", m.RTOs),
 			},
@@ -227,21 +181,21 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 	}
 	if s := share(c.Handshake); s >= minShare {
 		paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1))
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: ConnPerRequest, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",
 				pct(s), pct(paid), dur(time.Duration(float64(m.Components.Handshake.Mean)/max(paid, 0.01)))),
-			Evidence: []Evidence{msEv("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
+			Evidence: []record.Evidence{msEv("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
 			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
 		})
 	}
 	if m.Turns.PerExchangeMean >= manyTurns {
 		s := share(c.Network)
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: ManyTurns, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every extra millisecond between the ends costs %.1f ms per exchange",
 				m.Turns.PerExchangeMean, m.Turns.PerExchangeMax, m.Turns.PerExchangeMean),
-			Evidence: []Evidence{
+			Evidence: []record.Evidence{
 				{Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean},
 				count("turns_max", uint64(m.Turns.PerExchangeMax)), msEv("network_mean", c.Network),
 			},
@@ -250,36 +204,36 @@ func Of(m *aggregate.Metrics) []Diagnosis {
 	}
 	// The app parts: not a fault of the network, said plainly.
 	if s := share(c.Peer); s >= criticalShare {
-		add(Diagnosis{
-			Name: PeerThink, Severity: Info, Share: s,
+		add(record.Diagnosis{
+			Name: PeerThink, Severity: record.SeverityInfo, Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
-			Evidence: []Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
+			Evidence: []record.Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
 			Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
 		})
 	}
 	if s := share(c.LocalRead); s >= minShare {
-		add(Diagnosis{
+		add(record.Diagnosis{
 			Name: LocalRead, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
-			Evidence: []Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
+			Evidence: []record.Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
 			Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
 		})
 	}
 	if s := share(c.Think); s >= criticalShare {
-		add(Diagnosis{
-			Name: LocalThink, Severity: Info, Share: s,
+		add(record.Diagnosis{
+			Name: LocalThink, Severity: record.SeverityInfo, Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
-			Evidence: []Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
+			Evidence: []record.Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
 			Fix:      "profile this service: the time is spent between reading the request and writing the response",
 		})
 	}
 	// Where the time goes first: the largest share leads, the more severe
 	// of two equal shares first.
-	slices.SortStableFunc(out, func(a, b Diagnosis) int {
+	slices.SortStableFunc(out, func(a, b record.Diagnosis) int {
 		if c := cmp.Compare(b.Share, a.Share); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.Severity.rank(), a.Severity.rank())
+		return cmp.Compare(b.Severity.Rank(), a.Severity.Rank())
 	})
 	return out
 }
@@ -325,25 +279,25 @@ func countOf(n uint64, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-func msEv(name string, d time.Duration) Evidence {
-	return Evidence{Name: name, Value: float64(d) / 1e6, Unit: "ms"}
+func msEv(name string, d time.Duration) record.Evidence {
+	return record.Evidence{Name: name, Value: float64(d) / 1e6, Unit: "ms"}
 }
-func count(name string, n uint64) Evidence {
-	return Evidence{Name: name, Value: float64(n), Unit: "count"}
+func count(name string, n uint64) record.Evidence {
+	return record.Evidence{Name: name, Value: float64(n), Unit: "count"}
 }
-func segs(name string, n uint32) Evidence {
-	return Evidence{Name: name, Value: float64(n), Unit: "segments"}
+func segs(name string, n uint32) record.Evidence {
+	return record.Evidence{Name: name, Value: float64(n), Unit: "segments"}
 }
-func percent(name string, f float64) Evidence {
-	return Evidence{Name: name, Value: 100 * f, Unit: "%"}
+func percent(name string, f float64) record.Evidence {
+	return record.Evidence{Name: name, Value: 100 * f, Unit: "%"}
 }
-func rate(name string, bps float64) Evidence {
-	return Evidence{Name: name, Value: bps, Unit: "bytes/s"}
+func rate(name string, bps float64) record.Evidence {
+	return record.Evidence{Name: name, Value: bps, Unit: "bytes/s"}
 }
-func flag(name string, b bool) Evidence {
+func flag(name string, b bool) record.Evidence {
 	v := 0.0
 	if b {
 		v = 1
 	}
-	return Evidence{Name: name, Value: v}
+	return record.Evidence{Name: name, Value: v}
 }

@@ -18,8 +18,8 @@ func metrics(n uint64, c record.Components) aggregate.Metrics {
 	return m
 }
 
-func names(ds []Diagnosis) []Name {
-	var out []Name
+func names(ds []record.Diagnosis) []record.DiagnosisName {
+	var out []record.DiagnosisName
 	for _, d := range ds {
 		out = append(out, d.Name)
 	}
@@ -30,21 +30,21 @@ func TestRules(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		m     aggregate.Metrics
-		want  []Name
+		want  []record.DiagnosisName
 		share float64 // of the first
 	}{
 		{"clean far path", metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: ms / 10}), nil, 0},
 		{"nothing at all", aggregate.Metrics{}, nil, 0},
-		{"slow app", metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: 60 * ms}), []Name{PeerThink}, 0.75},
-		{"bufferbloat", metrics(100, record.Components{Network: 180 * ms, Propagation: 20 * ms, Queueing: 160 * ms}), []Name{Bufferbloat}, 160.0 / 180},
+		{"slow app", metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: 60 * ms}), []record.DiagnosisName{PeerThink}, 0.75},
+		{"bufferbloat", metrics(100, record.Components{Network: 180 * ms, Propagation: 20 * ms, Queueing: 160 * ms}), []record.DiagnosisName{Bufferbloat}, 160.0 / 180},
 		{"queueing below propagation/2 is the path's own jitter",
 			metrics(100, record.Components{Network: 25 * ms, Propagation: 20 * ms, Queueing: 5 * ms}), nil, 0},
-		{"rwnd", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 300 * ms, SendWaitRwnd: 300 * ms}), []Name{RwndLimited}, 300.0 / 320},
-		{"sndbuf", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 20 * ms, SendWaitSndbuf: 20 * ms}), []Name{SndbufLimited}, 0.5},
-		{"nagle", metrics(10, record.Components{Network: 1 * ms, Propagation: 1 * ms, SendWait: 40 * ms, SendWaitOther: 40 * ms}), []Name{SendStall}, 40.0 / 41},
-		{"handshake", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 20 * ms}), []Name{ConnPerRequest}, 0.5},
-		{"local reader", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, LocalRead: 8 * ms}), []Name{LocalRead}, 0.8},
-		{"local think", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, Think: 8 * ms}), []Name{LocalThink}, 0.8},
+		{"rwnd", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 300 * ms, SendWaitRwnd: 300 * ms}), []record.DiagnosisName{RwndLimited}, 300.0 / 320},
+		{"sndbuf", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 20 * ms, SendWaitSndbuf: 20 * ms}), []record.DiagnosisName{SndbufLimited}, 0.5},
+		{"nagle", metrics(10, record.Components{Network: 1 * ms, Propagation: 1 * ms, SendWait: 40 * ms, SendWaitOther: 40 * ms}), []record.DiagnosisName{SendStall}, 40.0 / 41},
+		{"handshake", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 20 * ms}), []record.DiagnosisName{ConnPerRequest}, 0.5},
+		{"local reader", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, LocalRead: 8 * ms}), []record.DiagnosisName{LocalRead}, 0.8},
+		{"local think", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, Think: 8 * ms}), []record.DiagnosisName{LocalThink}, 0.8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ds := Of(&c.m)
@@ -70,7 +70,7 @@ func TestSlowStartAfterIdleVsCwnd(t *testing.T) {
 	m.Cwnd = aggregate.Cwnd{Restarts: 10, Min: 10, Max: 70}
 	m.SlowStartAfterIdle = true
 	ds := Of(&m)
-	if len(ds) != 1 || ds[0].Name != SlowStartAfterIdle || ds[0].Severity != Critical {
+	if len(ds) != 1 || ds[0].Name != SlowStartAfterIdle || ds[0].Severity != record.SeverityCritical {
 		t.Fatalf("with restarts: %+v", ds)
 	}
 	if ev := ds[0].Evidence; ev[len(ev)-1].Name != "tcp_slow_start_after_idle" || ev[len(ev)-1].Value != 1 {
