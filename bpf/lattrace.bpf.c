@@ -95,6 +95,7 @@ struct lt_sock {
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
 	__u32 data_segs_out0, total_retrans0;
 	__u32 turns;
+	__u32 turns_emitted; /* turns at the previous exchange's emit */
 	__u32 role;
 	__u8 phase;
 	__u8 wait_cause;
@@ -427,6 +428,8 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	ex->owner = st->owner;
 	ex->conn_role = st->role;
 	ex->turns = st->turns;
+	ex->turns_exchange = st->turns - st->turns_emitted;
+	st->turns_emitted = st->turns;
 	ex->bytes_out = st->out_seq_end - st->out_seq_start;
 	ex->bytes_in = st->in_seq_end - st->in_seq_start;
 	if (tp) {

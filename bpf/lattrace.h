@@ -145,7 +145,7 @@ struct lt_exchange {
 	 * starts, so two tracers can name the same exchange. */
 	__u32 isn_local, isn_remote;
 	__u32 out_seq, in_seq;
-	__u32 _pad2;
+	__u32 turns_exchange; /* turns since the connection's previous exchange */
 };
 
 #endif /* LATTRACE_H */

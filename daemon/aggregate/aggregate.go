@@ -150,7 +150,6 @@ type flowEntry struct {
 	side       record.Role // fixed at the first attribution
 	peer       *peerEntry
 	peerGen    uint64
-	prevTurns  uint32
 }
 
 func (e *flowEntry) link(i int) *links[flowEntry] { return &e.ln[i] }
@@ -230,13 +229,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	t := ex.Time
 	a.wmu.Lock()
 	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
-	// The record carries the connection's running count of turns; the
-	// exchange's own is the step since the previous one.
-	turns := ex.Turns
-	if ex.Turns >= f.prevTurns {
-		turns = ex.Turns - f.prevTurns
-	}
-	f.prevTurns = ex.Turns
+	turns := ex.ExchangeTurns
 	// A socket adopted from softirq has no owner until its process next
 	// touches it: its first exchange counts for the flow, and for the pair
 	// only once the pair is known, rather than under a nameless pair.
@@ -392,7 +385,7 @@ func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
 		f.mu.Lock()
 		f.key = k
 		f.mu.Unlock()
-		f.peer, f.peerGen, f.side, f.prevTurns = nil, 0, "", 0
+		f.peer, f.peerGen, f.side = nil, 0, ""
 		a.mu.Lock()
 		a.flows[k] = f
 		a.mu.Unlock()

@@ -71,6 +71,7 @@ func TestPerExchangeFields(t *testing.T) {
 	a := New(Config{})
 	o := owner("curl", 7, 1)
 	var last *record.Exchange
+	var turnsBefore uint32
 	for i, c := range []struct {
 		turns          uint32
 		minRTT, srtt   time.Duration
@@ -87,6 +88,8 @@ func TestPerExchangeFields(t *testing.T) {
 	} {
 		ex := exch("10.0.0.1:40000", "10.0.0.2:443", 1, o, record.RoleClient, at(float64(i+1)), 400*ms)
 		ex.Turns, ex.MinRTT, ex.SRTT = c.turns, c.minRTT, c.srtt
+		ex.ExchangeTurns = c.turns - turnsBefore
+		turnsBefore = c.turns
 		ex.CwndStart, ex.CwndEnd, ex.CwndRestart = c.cwnd0, c.cwnd1, c.restart
 		ex.Retransmits, ex.RTOs = c.retrans, c.rtos
 		ex.SlowStartAfterIdle = true
@@ -328,11 +331,11 @@ func TestReusedFlowEntryStartsClean(t *testing.T) {
 	a.AddConnOpen(record.ConnOpen{Time: at(0), Cookie: 1, Flow: fl, Role: record.RoleClient, ConnectLatency: ms})
 	e1 := exch("10.0.0.1:40000", "10.0.0.2:443", 1, o, record.RoleClient, at(1), time.Second)
 	e1.Flow.Netns = 1
-	e1.Turns = 50
+	e1.Turns, e1.ExchangeTurns = 50, 50
 	a.AddExchange(e1)
 	a.AddConnClose(record.ConnClose{Time: at(2), Cookie: 1, Flow: fl, Owner: o, Role: record.RoleClient})
 	e2 := exch("10.0.0.1:40001", "10.0.0.2:443", 2, o, record.RoleUnknown, at(3), ms)
-	e2.Turns = 2
+	e2.Turns, e2.ExchangeTurns = 2, 2
 	a.AddExchange(e2)
 	f, ok := a.Flow(flowKey(e2))
 	if !ok {

@@ -31,7 +31,7 @@ func workload(n, flows, peers int) []*record.Exchange {
 			ex.Components.Peer -= d / 5
 			ex.Retransmits = 1
 		}
-		ex.Turns = uint32(2 * (i/flows + 1))
+		ex.Turns, ex.ExchangeTurns = uint32(2*(i/flows+1)), 2
 		ex.CwndStart, ex.CwndEnd = 10, 20
 		out[i] = ex
 	}

@@ -53,11 +53,10 @@ type flow struct {
 	next   int // where the next sample goes once ring is full
 	// Exchanges counted in the current and the previous rate slice, so
 	// the rate covers between one and two slices of recent time.
-	cur, prev      uint64
-	curAt, prevAt  record.Mono
-	hasPrev        bool
-	elem           *list.Element
-	prevTurnsTotal uint32
+	cur, prev     uint64
+	curAt, prevAt record.Mono
+	hasPrev       bool
+	elem          *list.Element
 }
 
 // History is safe for one writer and many readers.
@@ -90,22 +89,16 @@ func (h *History) Add(e *record.Exchange) {
 			h.lru.Remove(old.elem)
 			delete(h.flows, old.cookie)
 		}
-		f = &flow{cookie: e.Cookie, ring: make([]Sample, 0, 8), curAt: e.Time, prevTurnsTotal: e.Turns}
+		f = &flow{cookie: e.Cookie, ring: make([]Sample, 0, 8), curAt: e.Time}
 		f.elem = h.lru.PushFront(f)
 		h.flows[e.Cookie] = f
 	} else {
 		h.lru.MoveToFront(f.elem)
 	}
-	// The record carries the connection's running count of turns.
-	turns := e.Turns - min(f.prevTurnsTotal, e.Turns)
-	if len(f.ring) == 0 {
-		turns = min(e.Turns, 1)
-	}
-	f.prevTurnsTotal = e.Turns
 	s := Sample{
 		Time: e.Time, Role: e.Role, Duration: e.Duration, Components: e.Components,
 		BytesOut: e.BytesOut, BytesIn: e.BytesIn, Retransmits: e.Retransmits, RTOs: e.RTOs,
-		Turns: turns, CwndEnd: e.CwndEnd, SRTT: e.SRTT, PathRTT: e.PathRTT,
+		Turns: e.ExchangeTurns, CwndEnd: e.CwndEnd, SRTT: e.SRTT, PathRTT: e.PathRTT,
 		CwndRestart: e.CwndRestart, Partial: e.Partial,
 	}
 	if len(f.ring) < h.cfg.PerFlow {

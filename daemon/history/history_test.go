@@ -8,7 +8,7 @@ import (
 )
 
 func ex(cookie uint64, t time.Duration, turns uint32) *record.Exchange {
-	return &record.Exchange{Cookie: cookie, Time: record.Mono(t), Duration: t, Turns: turns}
+	return &record.Exchange{Cookie: cookie, Time: record.Mono(t), Duration: t, Turns: turns, ExchangeTurns: 2}
 }
 
 func TestRingKeepsTheLastInOrder(t *testing.T) {

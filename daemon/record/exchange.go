@@ -129,8 +129,11 @@ type Exchange struct {
 	OutSeq    uint32 `json:"out_seq"`
 	InSeq     uint32 `json:"in_seq"`
 
-	// Turns is the connection's changes of direction so far.
-	Turns uint32 `json:"turns"`
+	// Turns is the connection's changes of direction so far;
+	// ExchangeTurns those since its previous exchange (2 for a plain
+	// request and response: to the response, and to the next request).
+	Turns         uint32 `json:"turns"`
+	ExchangeTurns uint32 `json:"exchange_turns"`
 	// IdleGap is the connection's silence before the exchange began.
 	IdleGap time.Duration `json:"idle_gap_ns"`
 	// CwndRestart: the kernel shrank the congestion window after the idle

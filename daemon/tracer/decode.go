@@ -129,6 +129,7 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		OutSeq:             x.OutSeq,
 		InSeq:              x.InSeq,
 		Turns:              x.Turns,
+		ExchangeTurns:      x.TurnsExchange,
 		IdleGap:            time.Duration(x.IdleNs),
 		CwndRestart:        has(lattraceLtExchangeFlagLT_EX_CWND_RESTART),
 		SlowStartAfterIdle: has(lattraceLtExchangeFlagLT_EX_SSAI),

@@ -95,7 +95,7 @@ type lattraceLtExchange struct {
 	IsnRemote     uint32
 	OutSeq        uint32
 	InSeq         uint32
-	Pad2          uint32
+	TurnsExchange uint32
 }
 
 type lattraceLtExchangeFlag uint32
@@ -180,6 +180,7 @@ type lattraceLtSock struct {
 	DataSegsOut0   uint32
 	TotalRetrans0  uint32
 	Turns          uint32
+	TurnsEmitted   uint32
 	Role           uint32
 	Phase          uint8
 	WaitCause      uint8
@@ -188,6 +189,7 @@ type lattraceLtSock struct {
 	Partial        uint8
 	EmittedAny     uint8
 	Pad            [2]uint8
+	_              [4]byte
 }
 
 type lattracePathKey struct {

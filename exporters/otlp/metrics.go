@@ -64,7 +64,6 @@ type metrics struct {
 	pairs    map[pairKey]*pairAttrs
 	other    map[record.ExchangeRole]*pairAttrs
 	overflow uint64
-	lastTurn map[uint64]uint32 // per socket cookie
 	opened   map[record.Role]metric.MeasurementOption
 	closed   map[record.Role]metric.MeasurementOption
 }
@@ -74,7 +73,6 @@ func newMetrics(m metric.Meter, maxPairs int) (*metrics, error) {
 		maxPairs: maxPairs,
 		pairs:    map[pairKey]*pairAttrs{},
 		other:    map[record.ExchangeRole]*pairAttrs{},
-		lastTurn: map[uint64]uint32{},
 		opened:   map[record.Role]metric.MeasurementOption{},
 		closed:   map[record.Role]metric.MeasurementOption{},
 	}
@@ -154,21 +152,6 @@ func (m *metrics) attrs(e *record.Exchange) *pairAttrs {
 	return p
 }
 
-// turnDelta is how many turns the connection made since its last exchange.
-func (m *metrics) turnDelta(e *record.Exchange) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	last, ok := m.lastTurn[e.Cookie]
-	if !ok && len(m.lastTurn) >= 1<<16 {
-		clear(m.lastTurn) // close records lost: forget rather than grow
-	}
-	m.lastTurn[e.Cookie] = e.Turns
-	if e.Turns < last {
-		return 0
-	}
-	return int64(e.Turns - last)
-}
-
 func (m *metrics) exchange(e *record.Exchange) {
 	ctx := bg
 	p := m.attrs(e)
@@ -183,8 +166,8 @@ func (m *metrics) exchange(e *record.Exchange) {
 			m.component.Record(ctx, d, p.components[i])
 		}
 	}
-	if d := m.turnDelta(e); d > 0 {
-		m.turns.Add(ctx, d, p.base)
+	if e.ExchangeTurns > 0 {
+		m.turns.Add(ctx, int64(e.ExchangeTurns), p.base)
 	}
 	if e.Retransmits > 0 {
 		m.retransmits.Add(ctx, int64(e.Retransmits), p.base)
@@ -219,9 +202,6 @@ func (m *metrics) connOpen(c record.ConnOpen) {
 
 func (m *metrics) connClose(c record.ConnClose) {
 	m.conns.Add(bg, 1, m.connAttrs(m.closed, "closed", c.Role))
-	m.mu.Lock()
-	delete(m.lastTurn, c.Cookie)
-	m.mu.Unlock()
 }
 
 func (m *metrics) pairStats() (pairs, overflow uint64) {

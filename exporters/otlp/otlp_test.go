@@ -41,7 +41,7 @@ func requester(isnC, isnS, seq uint32) *record.Exchange {
 			X1: at(3 * ms), A1: at(23 * ms), R0: at(33 * ms), R1: at(35 * ms), D1: at(36 * ms),
 		},
 		Start: start, End: at(c.Sum()), Duration: c.Sum(), Components: c,
-		BytesOut: 100, BytesIn: 5000, Retransmits: 1, RTOs: 0, Turns: 2,
+		BytesOut: 100, BytesIn: 5000, Retransmits: 1, RTOs: 0, Turns: 2, ExchangeTurns: 2,
 		MinRTT: 18 * ms, SRTT: 20 * ms, PathRTT: 20 * ms, PathMinRTT: 18 * ms,
 		CwndStart: 10, CwndEnd: 12,
 		ISNLocal: isnC, ISNRemote: isnS, OutSeq: seq, InSeq: isnS + 1, First: true,
@@ -67,7 +67,7 @@ func responder(isnC, isnS, seq uint32) *record.Exchange {
 		ConnRole: record.RoleServer,
 		Timeline: record.Timeline{R0: start, R1: at(1 * ms), D1: at(2 * ms), W0: at(9 * ms), W1: at(9 * ms), X1: at(10 * ms)},
 		Start:    start, End: at(c.Sum()), Duration: c.Sum(), Components: c,
-		BytesOut: 5000, BytesIn: 100, Turns: 2,
+		BytesOut: 5000, BytesIn: 100, Turns: 2, ExchangeTurns: 2,
 		ISNLocal: isnS, ISNRemote: isnC, OutSeq: isnS + 1, InSeq: seq,
 	}
 }

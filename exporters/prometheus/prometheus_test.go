@@ -38,7 +38,7 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	}
 	defer x.Shutdown(context.Background())
 	now := record.Now()
-	e := &record.Exchange{Role: record.Requester, Owner: record.Owner{Comm: "curl"}, Retransmits: 2, RTOs: 1, Turns: 2, BytesOut: 100, BytesIn: 1000,
+	e := &record.Exchange{Role: record.Requester, Owner: record.Owner{Comm: "curl"}, Retransmits: 2, RTOs: 1, Turns: 2, ExchangeTurns: 2, BytesOut: 100, BytesIn: 1000,
 		Start: now, End: now + record.Mono(20*time.Millisecond), Duration: 20 * time.Millisecond,
 		Components: record.Components{Network: 15 * time.Millisecond, Peer: 5 * time.Millisecond}}
 	x.Exchange(e)
