@@ -170,7 +170,7 @@ func (e explanation) write(w io.Writer) {
 	}
 	if e.whatIf > 0 {
 		extra, turns := diagnose.WhatIf(m, e.whatIf)
-		fmt.Fprintf(w, "\nWhat if the peer were %s further away (round trip): each exchange waits %.1f round trips (turns, plus handshakes), so it would take about %s longer: %s instead of %s on average.\n",
+		fmt.Fprintf(w, "\nWhat if the peer were %s further away (round trip): each exchange waits for %.1f round trips (one per two turns, plus handshakes), so it would take about %s longer: %s instead of %s on average.\n",
 			dur(e.whatIf), turns, dur(extra), dur(total+extra), dur(total))
 	}
 }

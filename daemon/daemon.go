@@ -18,6 +18,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/containers"
+	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
@@ -296,11 +297,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	var sink tracer.Sink = d.sinks
-	if d.containers != nil {
-		sink = containerSink{d.sinks, d.containers}
-	}
-	runErr := d.tracer.Run(ctx, sink)
+	runErr := d.tracer.Run(ctx, enrichSink{d.sinks, d.containers})
 	c, err := d.tracer.Counters()
 	if err != nil {
 		d.log.Warn("reading counters", "err", err)
@@ -381,20 +378,26 @@ func (f fanout) Flush() {
 	}
 }
 
-// containerSink fills in the owner's container before passing records on.
-type containerSink struct {
+// enrichSink adds what the kernel does not know before any output sees a
+// record: the owner's container and the exchange's diagnoses.
+type enrichSink struct {
 	fanout
-	r *containers.Resolver
+	containers *containers.Resolver // nil without cgroup v2
 }
 
-func (c containerSink) Exchange(e *record.Exchange) {
-	e.Owner.ContainerID = c.r.ContainerID(e.Owner.CgroupID)
-	c.fanout.Exchange(e)
+func (s enrichSink) Exchange(e *record.Exchange) {
+	if s.containers != nil {
+		e.Owner.ContainerID = s.containers.ContainerID(e.Owner.CgroupID)
+	}
+	e.Diagnoses = diagnose.Exchange(e)
+	s.fanout.Exchange(e)
 }
 
-func (c containerSink) ConnClose(r record.ConnClose) {
-	r.Owner.ContainerID = c.r.ContainerID(r.Owner.CgroupID)
-	c.fanout.ConnClose(r)
+func (s enrichSink) ConnClose(r record.ConnClose) {
+	if s.containers != nil {
+		r.Owner.ContainerID = s.containers.ContainerID(r.Owner.CgroupID)
+	}
+	s.fanout.ConnClose(r)
 }
 
 // aggregatorSink feeds the aggregator and the recent history and, once per

@@ -77,8 +77,12 @@ const (
 	minShare      = 0.20
 	criticalShare = 0.50
 	// manyTurns is the mean turns per exchange above which the turns
-	// themselves are the finding: a request/response needs 1-2.
+	// themselves are the finding: a request/response needs 2.
 	manyTurns = 4
+	// minPart is the least time a part must take to be named at all: on a
+	// loopback exchange of 100 us, 30 us of scheduling is a large share
+	// and nothing anyone should act on.
+	minPart = time.Millisecond
 )
 
 // Of returns the diagnoses of m, the largest share first. It needs at
@@ -90,7 +94,12 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 		return nil
 	}
 	c := m.ComponentMeans
-	share := func(d time.Duration) float64 { return float64(d) / float64(mean) }
+	share := func(d time.Duration) float64 {
+		if d < minPart {
+			return 0
+		}
+		return float64(d) / float64(mean)
+	}
 	sev := func(s float64) record.Severity {
 		if s >= criticalShare {
 			return record.SeverityCritical
@@ -105,13 +114,18 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	if s := share(c.SendWaitCwnd); s >= minShare {
 		if m.Cwnd.Restarts > 0 {
 			restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
+			// Each round trip of waiting lets one more window out.
+			var rounds float64
+			if c.Propagation > 0 {
+				rounds = float64(c.SendWaitCwnd) / float64(c.Propagation)
+			}
 			add(record.Diagnosis{
 				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
 				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
 					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
 				Evidence: []record.Evidence{
 					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
-					percent("exchanges_restarted", restarted),
+					percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
 					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
 				},
@@ -239,17 +253,64 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 }
 
 // WhatIf estimates how much longer each exchange would take if the peer
-// were extra farther away (extra round-trip time): every turn waits for
-// one more round trip, and a connection's handshake for one more.
-func WhatIf(m *aggregate.Metrics, extra time.Duration) (perExchange time.Duration, turns float64) {
-	turns = m.Turns.PerExchangeMean
-	if turns < 1 && m.Exchanges > 0 {
-		turns = 1
-	}
+// were extra farther away (extra round-trip time). Every round trip waits
+// once more: one per two turns (there and back), at least one per
+// exchange, and one more for each handshake.
+func WhatIf(m *aggregate.Metrics, extra time.Duration) (perExchange time.Duration, roundTrips float64) {
+	roundTrips = max(m.Turns.PerExchangeMean/2, 1)
 	if n := m.Components.Handshake.Count; n > 0 {
-		turns += float64(m.Components.Handshake.Nonzero) / float64(n)
+		roundTrips += float64(m.Components.Handshake.Nonzero) / float64(n)
 	}
-	return time.Duration(turns * float64(extra)), turns
+	return time.Duration(roundTrips * float64(extra)), roundTrips
+}
+
+// Exchange diagnoses one exchange with the same rules as a flow: what made
+// this exchange slow. Its first exchange of a socket adopted mid-way
+// (partial) has no reliable timing and gets none.
+func Exchange(e *record.Exchange) []record.Diagnosis {
+	if e.Partial || e.Duration <= 0 {
+		return nil
+	}
+	c := &e.Components
+	m := aggregate.Metrics{
+		Exchanges:      1,
+		ComponentMeans: *c,
+		Retransmits:    uint64(e.Retransmits),
+		RTOs:           uint64(e.RTOs),
+		Turns:          aggregate.Turns{PerExchangeMean: float64(e.ExchangeTurns), PerExchangeMax: e.ExchangeTurns},
+		Cwnd:           aggregate.Cwnd{Last: e.CwndEnd, Min: min(e.CwndStart, e.CwndEnd), Max: max(e.CwndStart, e.CwndEnd)},
+
+		SlowStartAfterIdle: e.SlowStartAfterIdle,
+	}
+	m.Duration = one(e.Duration)
+	m.Components = aggregate.ComponentSummaries{
+		Network: one(c.Network), Queueing: one(c.Queueing), SendWait: one(c.SendWait),
+		LossRecovery: one(c.LossRecovery), Handshake: one(c.Handshake), Receive: one(c.Receive),
+		Peer: one(c.Peer), LocalRead: one(c.LocalRead), Think: one(c.Think),
+	}
+	m.RTT.Path = one(e.PathRTT)
+	if e.CwndRestart {
+		m.Cwnd.Restarts = 1
+	}
+	if e.Duration > 0 {
+		m.Out.Goodput = float64(e.BytesOut) / e.Duration.Seconds()
+	}
+	ds := Of(&m)
+	for i := range ds {
+		if ds[i].Name == SlowStartAfterIdle {
+			ds[i].Evidence = append(ds[i].Evidence, msEv("idle_gap", e.IdleGap))
+		}
+	}
+	return ds
+}
+
+// one is the summary of a single value.
+func one(d time.Duration) aggregate.Summary {
+	s := aggregate.Summary{Count: 1, Min: d, P50: d, P90: d, P99: d, Max: d, Mean: d}
+	if d > 0 {
+		s.Nonzero = 1
+	}
+	return s
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.0f %%", 100*f) }

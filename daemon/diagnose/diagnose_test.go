@@ -86,9 +86,10 @@ func TestLossAndTurnsAndOrder(t *testing.T) {
 	if got := names(ds); len(got) != 2 || got[0] != Loss || got[1] != ManyTurns {
 		t.Fatalf("%v", got)
 	}
-	extra, turns := WhatIf(&m, 20*ms)
-	if turns != 6 || extra != 120*ms {
-		t.Errorf("what-if %v over %v turns", extra, turns)
+	// Six turns are three round trips: 20 ms more each.
+	extra, rounds := WhatIf(&m, 20*ms)
+	if rounds != 3 || extra != 60*ms {
+		t.Errorf("what-if %v over %v round trips", extra, rounds)
 	}
 }
 
@@ -100,5 +101,39 @@ func TestSplit(t *testing.T) {
 	}
 	if (Split{}).Dominant() != "" {
 		t.Error("empty split has a dominant part")
+	}
+}
+
+func TestExchange(t *testing.T) {
+	e := &record.Exchange{
+		Duration: 80 * ms, ExchangeTurns: 2, CwndStart: 10, CwndEnd: 40, CwndRestart: true, SlowStartAfterIdle: true,
+		IdleGap:    time.Second,
+		Components: record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 60 * ms, SendWaitCwnd: 60 * ms},
+	}
+	ds := Exchange(e)
+	if len(ds) != 1 || ds[0].Name != SlowStartAfterIdle {
+		t.Fatalf("%+v", ds)
+	}
+	ev := map[string]float64{}
+	for _, x := range ds[0].Evidence {
+		ev[x.Name] = x.Value
+	}
+	if ev["idle_gap"] != 1000 || ev["extra_round_trips"] != 3 || ev["cwnd_min"] != 10 || ev["cwnd_max"] != 40 {
+		t.Errorf("evidence %v", ev)
+	}
+	e.Partial = true
+	if ds := Exchange(e); ds != nil {
+		t.Errorf("partial exchange diagnosed: %+v", ds)
+	}
+	clean := &record.Exchange{Duration: 20*ms + 300*time.Microsecond, ExchangeTurns: 2,
+		Components: record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: 200 * time.Microsecond, LocalRead: 100 * time.Microsecond}}
+	if ds := Exchange(clean); ds != nil {
+		t.Errorf("clean exchange diagnosed: %+v", ds)
+	}
+	// A loopback exchange: a large share of tiny parts is not a finding.
+	loop := &record.Exchange{Duration: 100 * time.Microsecond, ExchangeTurns: 2,
+		Components: record.Components{Network: 20 * time.Microsecond, LocalRead: 80 * time.Microsecond}}
+	if ds := Exchange(loop); ds != nil {
+		t.Errorf("loopback exchange diagnosed: %+v", ds)
 	}
 }

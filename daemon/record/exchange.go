@@ -149,6 +149,10 @@ type Exchange struct {
 	// Partial: the connection was open before lattrace started and this is
 	// the first exchange seen, so its beginning may be missing.
 	Partial bool `json:"partial,omitempty"`
+
+	// Diagnoses say what made this exchange slow, largest share first
+	// (filled in by the daemon; see daemon/diagnose).
+	Diagnoses []Diagnosis `json:"diagnoses,omitempty"`
 }
 
 // ConnOpen is emitted when a connection is established.

@@ -22,6 +22,7 @@ const (
 	MetricRTOs              = "lattrace.tcp.rtos"                    // counter
 	MetricBytes             = "lattrace.tcp.bytes"                   // counter, By, network.io.direction
 	MetricConnections       = "lattrace.tcp.connections"             // counter, lattrace.event opened|closed
+	MetricDiagnoses         = "lattrace.diagnoses"                   // counter, lattrace.diagnosis
 )
 
 var bg = context.Background()
@@ -45,9 +46,12 @@ type pairKey struct {
 
 // pairAttrs are the precomputed attribute options of one pair.
 type pairAttrs struct {
+	attrs      []attribute.KeyValue
 	base       metric.MeasurementOption
 	components [8]metric.MeasurementOption
 	tx, rx     metric.MeasurementOption
+	// diagnoses is filled as diagnoses occur, under metrics.mu.
+	diagnoses map[record.DiagnosisName]metric.MeasurementOption
 }
 
 var componentNames = [8]string{
@@ -56,8 +60,8 @@ var componentNames = [8]string{
 }
 
 type metrics struct {
-	duration, component                               metric.Float64Histogram
-	exchanges, turns, retransmits, rtos, bytes, conns metric.Int64Counter
+	duration, component                                          metric.Float64Histogram
+	exchanges, turns, retransmits, rtos, bytes, conns, diagnoses metric.Int64Counter
 
 	mu       sync.Mutex
 	maxPairs int
@@ -76,7 +80,7 @@ func newMetrics(m metric.Meter, maxPairs int) (*metrics, error) {
 		opened:   map[record.Role]metric.MeasurementOption{},
 		closed:   map[record.Role]metric.MeasurementOption{},
 	}
-	var errs [8]error
+	var errs [9]error
 	x.duration, errs[0] = m.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of a TCP request/response exchange, as one end saw it."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -95,6 +99,8 @@ func newMetrics(m metric.Meter, maxPairs int) (*metrics, error) {
 		metric.WithDescription("Payload bytes of exchanges, by network.io.direction."))
 	x.conns, errs[7] = m.Int64Counter(MetricConnections, metric.WithUnit("{connection}"),
 		metric.WithDescription("TCP connections opened and closed (attribute lattrace.event)."))
+	x.diagnoses, errs[8] = m.Int64Counter(MetricDiagnoses, metric.WithUnit("{exchange}"),
+		metric.WithDescription("Exchanges with a diagnosis (attribute lattrace.diagnosis: slow_start_after_idle, bufferbloat, ...)."))
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("otlp: metrics: %w", err)
@@ -115,9 +121,11 @@ func newPairAttrs(comm, remote string, port int, role record.ExchangeRole) *pair
 		return metric.WithAttributeSet(s)
 	}
 	p := &pairAttrs{
-		base: with(),
-		tx:   with(attribute.String("network.io.direction", "transmit")),
-		rx:   with(attribute.String("network.io.direction", "receive")),
+		attrs:     base,
+		diagnoses: map[record.DiagnosisName]metric.MeasurementOption{},
+		base:      with(),
+		tx:        with(attribute.String("network.io.direction", "transmit")),
+		rx:        with(attribute.String("network.io.direction", "receive")),
 	}
 	for i, n := range componentNames {
 		p.components[i] = with(attribute.String("lattrace.component", n))
@@ -181,6 +189,22 @@ func (m *metrics) exchange(e *record.Exchange) {
 	if e.BytesIn > 0 {
 		m.bytes.Add(ctx, int64(e.BytesIn), p.rx)
 	}
+	for _, d := range e.Diagnoses {
+		m.diagnoses.Add(ctx, 1, m.diagnosisAttrs(p, d.Name))
+	}
+}
+
+// diagnosisAttrs returns the pair's attributes with the diagnosis name.
+func (m *metrics) diagnosisAttrs(p *pairAttrs, name record.DiagnosisName) metric.MeasurementOption {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := p.diagnoses[name]
+	if !ok {
+		kv := append(append([]attribute.KeyValue(nil), p.attrs...), attribute.String("lattrace.diagnosis", string(name)))
+		o = metric.WithAttributeSet(attribute.NewSet(kv...))
+		p.diagnoses[name] = o
+	}
+	return o
 }
 
 func (m *metrics) connAttrs(cache map[record.Role]metric.MeasurementOption, event string, role record.Role) metric.MeasurementOption {

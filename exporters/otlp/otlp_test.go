@@ -113,6 +113,8 @@ func TestSpansBothEnds(t *testing.T) {
 	c := otelcol.Start(t)
 	x := newExporter(t, c, otlp.Config{})
 	req, resp := requester(1000, 2000000, 1001), responder(1000, 2000000, 1001)
+	req.Diagnoses = []record.Diagnosis{{Name: "loss", Severity: record.SeverityWarning, Share: 0.25,
+		Summary: "25 % of the latency is recovering lost segments", Fix: "look for drops"}}
 	x.Exchange(req)
 	x.Exchange(resp)
 	x.Flush()
@@ -142,6 +144,21 @@ func TestSpansBothEnds(t *testing.T) {
 	}
 	if rs.TraceID != rq.TraceID || rs.ParentSpanID != rq.SpanID {
 		t.Errorf("responder trace %s parent %s, want %s / %s", rs.TraceID, rs.ParentSpanID, rq.TraceID, rq.SpanID)
+	}
+	// The diagnosis: a list attribute to search by, an event with its words.
+	if d, _ := rq.Attributes["lattrace.diagnoses"].([]any); len(d) != 1 || d[0] != "loss" {
+		t.Errorf("lattrace.diagnoses = %v", rq.Attributes["lattrace.diagnoses"])
+	}
+	if len(rq.Events) != 1 || rq.Events[0].Name != "lattrace.diagnosis" || rq.Events[0].Attributes["lattrace.diagnosis.name"] != "loss" ||
+		rq.Events[0].Attributes["lattrace.diagnosis.fix"] != "look for drops" || rq.Events[0].Attributes["lattrace.diagnosis.share"] != 0.25 {
+		t.Errorf("diagnosis events %+v", rq.Events)
+	}
+	if _, ok := rs.Attributes["lattrace.diagnoses"]; ok || len(rs.Events) != 0 {
+		t.Errorf("responder without diagnoses has %v / %v", rs.Attributes["lattrace.diagnoses"], rs.Events)
+	}
+	dm := c.WaitForMetric(t, otlp.MetricDiagnoses, wait)
+	if len(dm.DataPoints) != 1 || dm.DataPoints[0].Attributes["lattrace.diagnosis"] != "loss" || dm.DataPoints[0].Attributes["process.executable.name"] != "curl" {
+		t.Errorf("%s points %+v", otlp.MetricDiagnoses, dm.DataPoints)
 	}
 	if rq.Kind != 3 || rs.Kind != 2 {
 		t.Errorf("kinds: requester %d responder %d, want 3 (client) and 2 (server)", rq.Kind, rs.Kind)

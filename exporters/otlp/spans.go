@@ -124,6 +124,7 @@ func (x *Exporter) spans(e *record.Exchange) {
 		c.End(trace.WithTimestamp(wall(end)))
 		at = end
 	}
+	diagnosisEvents(span, e, wall(e.End))
 	span.End(trace.WithTimestamp(wall(e.End)))
 }
 
@@ -205,7 +206,28 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 	if e.Owner.ContainerID != "" {
 		kv = append(kv, attribute.String("container.id", e.Owner.ContainerID))
 	}
+	if len(e.Diagnoses) > 0 {
+		names := make([]string, len(e.Diagnoses))
+		for i, d := range e.Diagnoses {
+			names[i] = string(d.Name)
+		}
+		kv = append(kv, attribute.StringSlice("lattrace.diagnoses", names))
+	}
 	return kv
+}
+
+// diagnosisEvents puts each diagnosis on the exchange span as an event, so
+// a trace view shows the finding, its share and its fix beside the stages.
+func diagnosisEvents(span trace.Span, e *record.Exchange, at time.Time) {
+	for _, d := range e.Diagnoses {
+		span.AddEvent("lattrace.diagnosis", trace.WithTimestamp(at), trace.WithAttributes(
+			attribute.String("lattrace.diagnosis.name", string(d.Name)),
+			attribute.String("lattrace.diagnosis.severity", string(d.Severity)),
+			attribute.Float64("lattrace.diagnosis.share", d.Share),
+			attribute.String("lattrace.diagnosis.summary", d.Summary),
+			attribute.String("lattrace.diagnosis.fix", d.Fix),
+		))
+	}
 }
 
 // key names an exchange at both ends: (client ISN, server ISN, request
