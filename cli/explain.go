@@ -169,9 +169,14 @@ func (e explanation) write(w io.Writer) {
 		}
 	}
 	if e.whatIf > 0 {
-		extra, turns := diagnose.WhatIf(m, e.whatIf)
+		extra, rounds := diagnose.WhatIf(m, e.whatIf)
 		fmt.Fprintf(w, "\nWhat if the peer were %s further away (round trip): each exchange waits for %.1f round trips (one per two turns, plus handshakes), so it would take about %s longer: %s instead of %s on average.\n",
-			dur(e.whatIf), turns, dur(extra), dur(total+extra), dur(total))
+			dur(e.whatIf), rounds, dur(extra), dur(total+extra), dur(total))
+		if m.Turns.Bursts > 0 && m.Turns.ExchangesPerBurstMean > 1 {
+			extra, rounds := diagnose.WhatIfBurst(m, e.whatIf)
+			fmt.Fprintf(w, "Its exchanges come in bursts of %.1f back to back (what the application waits for as one request): each burst waits for %.1f round trips, so it would take about %s longer.\n",
+				m.Turns.ExchangesPerBurstMean, rounds, dur(extra))
+		}
 	}
 }
 

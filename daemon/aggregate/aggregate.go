@@ -142,6 +142,8 @@ type flowEntry struct {
 	closed         bool
 	close          record.ConnClose
 	m              metrics
+	// burst is the connection's run of exchanges in progress.
+	burst burst
 
 	// Below: writer only.
 	ln         [2]links[flowEntry] // lruList, closedList
@@ -153,6 +155,17 @@ type flowEntry struct {
 }
 
 func (e *flowEntry) link(i int) *links[flowEntry] { return &e.ln[i] }
+
+// burst is a run of exchanges without an idle gap between them.
+type burst struct {
+	turns, exchanges uint32
+}
+
+// burstGap is the silence that ends a burst: longer than the connection
+// waits on itself between back-to-back exchanges, and than its round trip.
+func burstGap(ex *record.Exchange) time.Duration {
+	return max(10*time.Millisecond, 2*ex.SRTT)
+}
 
 type peerEntry struct {
 	mu          sync.Mutex
@@ -229,7 +242,6 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	t := ex.Time
 	a.wmu.Lock()
 	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
-	turns := ex.ExchangeTurns
 	// A socket adopted from softirq has no owner until its process next
 	// touches it: its first exchange counts for the flow, and for the pair
 	// only once the pair is known, rather than under a nameless pair.
@@ -248,12 +260,23 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	if hasOwner {
 		f.owner = ex.Owner
 	}
-	f.m.add(&a.flowSC, ex, turns)
+	// An idle gap ends the connection's burst: count it where it belongs.
+	var done burst
+	if f.burst.exchanges > 0 && ex.IdleGap >= burstGap(ex) {
+		done, f.burst = f.burst, burst{}
+		f.m.addBurst(done)
+	}
+	f.burst.turns += ex.ExchangeTurns
+	f.burst.exchanges++
+	f.m.add(&a.flowSC, ex)
 	f.mu.Unlock()
 
 	if p != nil {
 		p.mu.Lock()
-		p.m.add(&a.peerSC, ex, turns)
+		if done.exchanges > 0 {
+			p.m.addBurst(done)
+		}
+		p.m.add(&a.peerSC, ex)
 		p.mu.Unlock()
 	}
 	a.wmu.Unlock()
@@ -306,9 +329,21 @@ func (a *Aggregator) AddConnClose(c record.ConnClose) {
 	f.closed = true
 	f.close = c
 	f.m.seen(0, c.Time)
+	// The connection's last burst ends with it.
+	done := f.burst
+	f.burst = burst{}
+	if done.exchanges > 0 {
+		f.m.addBurst(done)
+	}
 	f.mu.Unlock()
+	if p == nil {
+		p = a.livePeer(f)
+	}
 	if p != nil {
 		p.mu.Lock()
+		if done.exchanges > 0 {
+			p.m.addBurst(done)
+		}
 		p.m.seen(0, c.Time)
 		p.mu.Unlock()
 	}
@@ -410,7 +445,7 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	f.gen++
 	f.owner, f.connRole, f.peerKey = record.Owner{}, "", PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
-	f.closed, f.close = false, record.ConnClose{}
+	f.closed, f.close, f.burst = false, record.ConnClose{}, burst{}
 	f.m.reset()
 	f.mu.Unlock()
 	f.peer, f.lastUpdate, f.closedAt = nil, 0, 0

@@ -511,3 +511,36 @@ func TestOwnerlessFirstExchange(t *testing.T) {
 		t.Errorf("flow %d exchanges owner %q; pairs %+v", f.Exchanges, f.Owner.Comm, p)
 	}
 }
+
+// Exchanges back to back make one burst; an idle gap starts the next, and
+// the close ends the last. Seed 000's chatty client: three queries per
+// request, six turns.
+func TestBursts(t *testing.T) {
+	a := New(Config{})
+	o := owner("orders", 7, 1)
+	var first *record.Exchange
+	for req := range 4 {
+		for q := range 3 {
+			e := exch("10.0.0.1:40000", "10.0.0.2:5432", 1, o, record.RoleClient, at(float64(req)+0.01*float64(q)), 5*ms)
+			e.ExchangeTurns, e.SRTT = 2, 5*ms
+			e.IdleGap = 50 * time.Microsecond
+			if q == 0 {
+				e.IdleGap = 900 * ms
+			}
+			if first == nil {
+				first = e
+			}
+			a.AddExchange(e)
+		}
+	}
+	f, _ := a.Flow(flowKey(first))
+	if f.Turns.Bursts != 3 || f.Turns.PerBurstMean != 6 || f.Turns.ExchangesPerBurstMean != 3 {
+		t.Errorf("before the close: %+v", f.Turns)
+	}
+	a.AddConnClose(record.ConnClose{Time: at(5), Cookie: 1, Flow: first.Flow, Owner: o, Role: record.RoleClient})
+	f, _ = a.Flow(flowKey(first))
+	p := a.Peers()[0]
+	if f.Turns.Bursts != 4 || p.Turns.Bursts != 4 || p.Turns.PerBurstMax != 6 || p.Turns.PerExchangeMean != 2 {
+		t.Errorf("after the close: flow %+v, pair %+v", f.Turns, p.Turns)
+	}
+}

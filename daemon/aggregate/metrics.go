@@ -82,6 +82,11 @@ type scalars struct {
 	turnsMax  uint32
 	turnsSum  uint64
 
+	// Completed bursts: runs of exchanges on one connection without an
+	// idle gap (see burstGap).
+	bursts, burstTurnsSum, burstExchangesSum uint64
+	burstTurnsMax                            uint32
+
 	cwndLast, cwndMin, cwndMax uint32
 	cwndRestarts               uint64
 	slowStartAfterIdle         bool
@@ -124,10 +129,18 @@ func (m *metrics) seen(first, last record.Mono) {
 	}
 }
 
-// add folds one exchange in. turns is the exchange's own number of turns
-// (the record carries the connection's running count; the flow turns it
-// into a delta).
-func (m *metrics) add(c *sketchCfg, ex *record.Exchange, turns uint32) {
+// addBurst counts one completed burst of exchanges.
+func (m *metrics) addBurst(b burst) {
+	sc := &m.sc
+	sc.bursts++
+	sc.burstTurnsSum += uint64(b.turns)
+	sc.burstExchangesSum += uint64(b.exchanges)
+	sc.burstTurnsMax = max(sc.burstTurnsMax, b.turns)
+}
+
+// add folds one exchange in.
+func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
+	turns := ex.ExchangeTurns
 	sc := &m.sc
 	sc.exchanges++
 	switch ex.Role {
@@ -321,6 +334,15 @@ type Turns struct {
 	Last            uint32  `json:"last,omitempty"`
 	PerExchangeMean float64 `json:"per_exchange_mean"`
 	PerExchangeMax  uint32  `json:"per_exchange_max"`
+	// A burst is a run of exchanges on one connection with no idle gap
+	// between them (the next request left as soon as the last response
+	// came): what an application does for one of its own requests, such
+	// as several database queries in a row. Its turns are what distance
+	// multiplies (seed 000's finding). Counted once the burst is over.
+	Bursts                uint64  `json:"bursts"`
+	PerBurstMean          float64 `json:"per_burst_mean"`
+	PerBurstMax           uint32  `json:"per_burst_max"`
+	ExchangesPerBurstMean float64 `json:"exchanges_per_burst_mean"`
 }
 
 // Cwnd is the congestion window, in segments.
@@ -410,6 +432,12 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	}
 	if sc.exchanges > 0 {
 		out.Turns.PerExchangeMean = float64(sc.turnsSum) / float64(sc.exchanges)
+	}
+	if sc.bursts > 0 {
+		out.Turns.Bursts = sc.bursts
+		out.Turns.PerBurstMean = float64(sc.burstTurnsSum) / float64(sc.bursts)
+		out.Turns.PerBurstMax = sc.burstTurnsMax
+		out.Turns.ExchangesPerBurstMean = float64(sc.burstExchangesSum) / float64(sc.bursts)
 	}
 	return out
 }

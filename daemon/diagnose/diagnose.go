@@ -79,6 +79,9 @@ const (
 	// manyTurns is the mean turns per exchange above which the turns
 	// themselves are the finding: a request/response needs 2.
 	manyTurns = 4
+	// manyBurstTurns is the same for a burst of back-to-back exchanges:
+	// three round trips where one could do.
+	manyBurstTurns = 6
 	// minPart is the least time a part must take to be named at all: on a
 	// loopback exchange of 100 us, 30 us of scheduling is a large share
 	// and nothing anyone should act on.
@@ -203,18 +206,25 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
 		})
 	}
-	if m.Turns.PerExchangeMean >= manyTurns {
-		s := share(c.Network)
-		add(record.Diagnosis{
-			Name: ManyTurns, Severity: sev(s), Share: s,
-			Summary: fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every extra millisecond between the ends costs %.1f ms per exchange",
-				m.Turns.PerExchangeMean, m.Turns.PerExchangeMax, m.Turns.PerExchangeMean),
-			Evidence: []record.Evidence{
-				{Name: "turns_per_exchange", Value: m.Turns.PerExchangeMean},
-				count("turns_max", uint64(m.Turns.PerExchangeMax)), msEv("network_mean", c.Network),
-			},
-			Fix: "batch the requests or pipeline them so fewer turns wait on the round trip, or keep the two ends close",
-		})
+	// Turns cost a round trip each way: the finding is their number, and
+	// what a longer path would do to it, not a share of one exchange.
+	if s := share(c.Network); s >= minShare && (m.Turns.PerBurstMean >= manyBurstTurns || m.Turns.PerExchangeMean >= manyTurns) {
+		t := m.Turns
+		d := record.Diagnosis{Name: ManyTurns, Severity: record.SeverityWarning, Share: s,
+			Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
+		if t.PerBurstMean >= manyBurstTurns {
+			d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
+				t.ExchangesPerBurstMean, t.PerBurstMean, t.PerBurstMax, t.PerBurstMean/2)
+		} else {
+			d.Summary = fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every millisecond more between the ends costs %.1f ms per exchange",
+				t.PerExchangeMean, t.PerExchangeMax, t.PerExchangeMean/2)
+		}
+		d.Evidence = []record.Evidence{
+			{Name: "turns_per_burst", Value: t.PerBurstMean}, {Name: "exchanges_per_burst", Value: t.ExchangesPerBurstMean},
+			count("turns_per_burst_max", uint64(t.PerBurstMax)), count("bursts", t.Bursts),
+			{Name: "turns_per_exchange", Value: t.PerExchangeMean}, msEv("network_mean", c.Network),
+		}
+		add(d)
 	}
 	// The app parts: not a fault of the network, said plainly.
 	if s := share(c.Peer); s >= criticalShare {
@@ -261,6 +271,13 @@ func WhatIf(m *aggregate.Metrics, extra time.Duration) (perExchange time.Duratio
 	if n := m.Components.Handshake.Count; n > 0 {
 		roundTrips += float64(m.Components.Handshake.Nonzero) / float64(n)
 	}
+	return time.Duration(roundTrips * float64(extra)), roundTrips
+}
+
+// WhatIfBurst is WhatIf for a burst of back-to-back exchanges, what an
+// application waits for as one of its own requests; zero without bursts.
+func WhatIfBurst(m *aggregate.Metrics, extra time.Duration) (perBurst time.Duration, roundTrips float64) {
+	roundTrips = m.Turns.PerBurstMean / 2
 	return time.Duration(roundTrips * float64(extra)), roundTrips
 }
 

@@ -79,12 +79,25 @@ func TestSlowStartAfterIdleVsCwnd(t *testing.T) {
 }
 
 func TestLossAndTurnsAndOrder(t *testing.T) {
-	m := metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, LossRecovery: 200 * ms, Peer: 30 * ms})
+	m := metrics(10, record.Components{Network: 100 * ms, Propagation: 100 * ms, LossRecovery: 200 * ms, Peer: 30 * ms})
 	m.RTOs, m.Retransmits = 1, 1
 	m.Turns.PerExchangeMean, m.Turns.PerExchangeMax = 6, 6
 	ds := Of(&m)
 	if got := names(ds); len(got) != 2 || got[0] != Loss || got[1] != ManyTurns {
 		t.Fatalf("%v", got)
+	}
+	// Seed 000: three queries back to back per request over 5 ms.
+	chatty := metrics(30, record.Components{Network: 5 * ms, Propagation: 5 * ms, Peer: ms / 10})
+	chatty.Turns = aggregate.Turns{PerExchangeMean: 2, PerExchangeMax: 2, Bursts: 10, PerBurstMean: 6, PerBurstMax: 6, ExchangesPerBurstMean: 3}
+	if ds := Of(&chatty); len(ds) != 1 || ds[0].Name != ManyTurns || ds[0].Severity != record.SeverityWarning {
+		t.Errorf("chatty: %+v", ds)
+	}
+	if extra, rounds := WhatIfBurst(&chatty, 20*ms); rounds != 3 || extra != 60*ms {
+		t.Errorf("burst what-if %v over %v round trips", extra, rounds)
+	}
+	chatty.Turns.PerBurstMean, chatty.Turns.ExchangesPerBurstMean = 2, 1
+	if ds := Of(&chatty); ds != nil {
+		t.Errorf("one exchange per request: %+v", ds)
 	}
 	// Six turns are three round trips: 20 ms more each.
 	extra, rounds := WhatIf(&m, 20*ms)
