@@ -161,10 +161,11 @@ type burst struct {
 	turns, exchanges uint32
 }
 
-// burstGap is the silence that ends a burst: longer than the connection
-// waits on itself between back-to-back exchanges, and than its round trip.
+// burstGap is the silence that ends a burst. Back to back, the next
+// request follows the response within microseconds (the app reacts to
+// it); a client on a timer waits a good part of a round trip or more.
 func burstGap(ex *record.Exchange) time.Duration {
-	return max(10*time.Millisecond, 2*ex.SRTT)
+	return max(2*time.Millisecond, ex.SRTT/4)
 }
 
 type peerEntry struct {

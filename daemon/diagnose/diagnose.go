@@ -79,9 +79,14 @@ const (
 	// manyTurns is the mean turns per exchange above which the turns
 	// themselves are the finding: a request/response needs 2.
 	manyTurns = 4
-	// manyBurstTurns is the same for a burst of back-to-back exchanges:
-	// three round trips where one could do.
-	manyBurstTurns = 6
+	// manyBurstTurns and manyBurstExchanges are the same for a burst of
+	// back-to-back exchanges: three round trips where one could do (the
+	// last exchange before a close has one turn, not two).
+	manyBurstTurns     = 5
+	manyBurstExchanges = 2.5
+	// transferBytes is the mean message size from which a message is a
+	// transfer of many segments rather than a small write.
+	transferBytes = 64 << 10
 	// minPart is the least time a part must take to be named at all: on a
 	// loopback exchange of 100 us, 30 us of scheduling is a large share
 	// and nothing anyone should act on.
@@ -112,22 +117,32 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	var out []record.Diagnosis
 	add := func(d record.Diagnosis) { out = append(out, d) }
 
-	// Send wait, by cause. Slow start after idle is the cwnd wait of
+	// Send wait, by cause. For a transfer (a message of many segments)
+	// the kernel's own view of why data waits flickers between the window
+	// and "other" from one hook to the next, so both count as the window:
+	// a transfer that waits is limited by the congestion window or the
+	// bottleneck behind it. For small messages "other" is a stall of its
+	// own (Nagle, cork). Slow start after idle is the window wait of
 	// exchanges whose window was restarted by an idle gap.
-	if s := share(c.SendWaitCwnd); s >= minShare {
-		if m.Cwnd.Restarts > 0 {
+	transfer := m.Exchanges > 0 && m.Out.Bytes/m.Exchanges >= transferBytes
+	windowWait, otherWait := c.SendWaitCwnd, c.SendWaitOther
+	if transfer {
+		windowWait, otherWait = windowWait+otherWait, 0
+	}
+	if s := share(windowWait); s >= minShare {
+		if m.Cwnd.Restarts > 0 && m.SlowStartAfterIdle {
 			restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
 			// Each round trip of waiting lets one more window out.
 			var rounds float64
 			if c.Propagation > 0 {
-				rounds = float64(c.SendWaitCwnd) / float64(c.Propagation)
+				rounds = float64(windowWait) / float64(c.Propagation)
 			}
 			add(record.Diagnosis{
 				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
 				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
 					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
 				Evidence: []record.Evidence{
-					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), count("cwnd_restarts", m.Cwnd.Restarts),
+					msEv("send_wait_cwnd_mean", windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
 					percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
 					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
@@ -137,10 +152,10 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 		} else {
 			add(record.Diagnosis{
 				Name: CwndLimited, Severity: sev(s), Share: s,
-				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window (cwnd %d..%d segments, %s retransmitted)",
-					pct(s), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
+				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window or a thin bottleneck: the app got %s/s while it waited (cwnd %d..%d segments, %s retransmitted)",
+					pct(s), rateText(m.Out.Goodput), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
 				Evidence: []record.Evidence{
-					msEv("send_wait_cwnd_mean", c.SendWaitCwnd), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+					msEv("send_wait_window_mean", windowWait), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
 				},
 				Fix: "the transfer is limited by the congestion window or a thin bottleneck: check the path's capacity and loss; a larger initial window (ip route ... initcwnd) helps short transfers, BBR helps lossy long paths",
@@ -163,11 +178,11 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)",
 		})
 	}
-	if s := share(c.SendWaitOther); s >= minShare {
+	if s := share(otherWait); s >= minShare {
 		add(record.Diagnosis{
 			Name: SendStall, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the window open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
-			Evidence: []record.Evidence{msEv("send_wait_other_mean", c.SendWaitOther)},
+			Evidence: []record.Evidence{msEv("send_wait_other_mean", otherWait)},
 			Fix:      "set TCP_NODELAY on small writes, or write each message in one call",
 		})
 	}
@@ -206,13 +221,18 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
 		})
 	}
-	// Turns cost a round trip each way: the finding is their number, and
-	// what a longer path would do to it, not a share of one exchange.
-	if s := share(c.Network); s >= minShare && (m.Turns.PerBurstMean >= manyBurstTurns || m.Turns.PerExchangeMean >= manyTurns) {
+	// Turns each wait for the path's round trip: the finding is their
+	// number and what distance does to it. It explains the propagation
+	// part (queueing is a finding of its own) of all round trips of a
+	// burst but one, which batching would save.
+	if s := share(c.Propagation); s >= minShare && (m.Turns.PerBurstMean >= manyBurstTurns && m.Turns.ExchangesPerBurstMean >= manyBurstExchanges || m.Turns.PerExchangeMean >= manyTurns) {
 		t := m.Turns
+		if t.ExchangesPerBurstMean > 1 {
+			s *= 1 - 1/t.ExchangesPerBurstMean
+		}
 		d := record.Diagnosis{Name: ManyTurns, Severity: record.SeverityWarning, Share: s,
 			Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
-		if t.PerBurstMean >= manyBurstTurns {
+		if t.PerBurstMean >= manyBurstTurns && t.ExchangesPerBurstMean >= manyBurstExchanges {
 			d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
 				t.ExchangesPerBurstMean, t.PerBurstMean, t.PerBurstMax, t.PerBurstMean/2)
 		} else {
@@ -312,14 +332,33 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	if e.Duration > 0 {
 		m.Out.Goodput = float64(e.BytesOut) / e.Duration.Seconds()
 	}
-	ds := Of(&m)
-	for i := range ds {
-		if ds[i].Name == SlowStartAfterIdle {
-			ds[i].Evidence = append(ds[i].Evidence, msEv("idle_gap", e.IdleGap))
+	var out []record.Diagnosis
+	for _, d := range Of(&m) {
+		switch {
+		case d.Share < exchangeMinShare && d.Name != ConnPerRequest:
+			continue
+		case d.Name == LocalRead || d.Name == LocalThink:
+			// One late read is the local scheduler's noise; a process that
+			// reads late shows on its flow and pair, where it is a finding.
+			continue
+		case d.Name == ConnPerRequest && !(e.First && e.ExchangeTurns <= 1):
+			// Every connection's first exchange has a handshake; it is a
+			// connection per request when the connection closed after it.
+			continue
+		case d.Name == SlowStartAfterIdle:
+			d.Evidence = append(d.Evidence, msEv("idle_gap", e.IdleGap))
 		}
+		out = append(out, d)
 	}
-	return ds
+	return out
 }
+
+// exchangeMinShare is the share a cause must have of one exchange to be
+// named on it: one exchange is noisier than a flow's mean (a server's
+// 6 ms hiccup is a third of a 20 ms exchange), so only what dominated it
+// is named. A handshake is the exception: on a one-exchange connection it
+// is a round trip of two, half by construction.
+const exchangeMinShare = 0.5
 
 // one is the summary of a single value.
 func one(d time.Duration) aggregate.Summary {
@@ -331,6 +370,16 @@ func one(d time.Duration) aggregate.Summary {
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.0f %%", 100*f) }
+
+func rateText(bytesPerSec float64) string {
+	switch {
+	case bytesPerSec >= 1e6:
+		return fmt.Sprintf("%.1f MB", bytesPerSec/1e6)
+	case bytesPerSec >= 1e3:
+		return fmt.Sprintf("%.0f kB", bytesPerSec/1e3)
+	}
+	return fmt.Sprintf("%.0f B", bytesPerSec)
+}
 
 // dur prints a duration at the precision a person reads: 0.35 ms, 20.1 ms, 1.2 s.
 func dur(d time.Duration) string {
@@ -378,4 +427,27 @@ func flag(name string, b bool) record.Evidence {
 		v = 1
 	}
 	return record.Evidence{Name: name, Value: v}
+}
+
+// bulkBytes is how much a flow must have moved to count as a bulk sender.
+const bulkBytes = 1 << 20
+
+// BulkSenders returns the flows that moved data in bulk while the victim's
+// exchanges ran (their active time overlaps the victim's), the largest
+// first: the likely fillers of a queue the victim waits in. A bulk
+// transfer's exchange is known once it ends (or turns), so a transfer
+// still running is not among them yet.
+func BulkSenders(victim *aggregate.Metrics, flows []aggregate.FlowStats) []aggregate.FlowStats {
+	var out []aggregate.FlowStats
+	for _, f := range flows {
+		moved := f.Out.Bytes + f.In.Bytes
+		if moved < bulkBytes || f.LastSeen < victim.FirstSeen || f.FirstSeen > victim.LastSeen {
+			continue
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b aggregate.FlowStats) int {
+		return cmp.Compare(b.Out.Bytes+b.In.Bytes, a.Out.Bytes+a.In.Bytes)
+	})
+	return out
 }

@@ -1,0 +1,534 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/netlab"
+	"github.com/lattrace/lattrace/tests/workload"
+)
+
+// verdict is what lattrace concludes about one side of a scenario, as the
+// daemon does: the side's exchanges aggregated into their peer pair, the
+// pair's diagnoses, and how many exchanges got each diagnosis of their own.
+type verdict struct {
+	pair        aggregate.PeerStats
+	diagnoses   []record.Diagnosis
+	perExchange map[record.DiagnosisName]int
+	exchanges   int
+	flows       []aggregate.FlowStats // every flow of the lab, both sides
+}
+
+// verdict aggregates the exchanges in netns taken by role (requester in A,
+// responder in B), and the closes of their connections. Call settle first.
+func (s *scenario) verdict(netns uint32, role record.ExchangeRole) verdict {
+	return s.verdictOf(func(e *record.Exchange) bool { return e.Flow.Netns == netns && e.Role == role })
+}
+
+// verdictOf is verdict for the exchanges keep selects.
+func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
+	s.t.Helper()
+	side, all := aggregate.New(aggregate.Config{}), aggregate.New(aggregate.Config{})
+	v := verdict{perExchange: map[record.DiagnosisName]int{}}
+	kept := map[uint64]bool{}
+	var role record.ExchangeRole
+	s.col.mu.Lock()
+	for _, e := range s.col.exchanges {
+		all.AddExchange(e)
+		if !keep(e) {
+			continue
+		}
+		side.AddExchange(e)
+		kept[e.Cookie], role = true, e.Role
+		v.exchanges++
+		for _, d := range diagnose.Exchange(e) {
+			v.perExchange[d.Name]++
+		}
+	}
+	for _, c := range s.col.closes {
+		all.AddConnClose(c)
+		if kept[c.Cookie] {
+			side.AddConnClose(c)
+		}
+	}
+	s.col.mu.Unlock()
+	pairs := side.Peers()
+	if len(pairs) != 1 {
+		s.t.Fatalf("%d peer pairs on the %s side, want 1: %+v", len(pairs), role, pairs)
+	}
+	v.pair = pairs[0]
+	v.diagnoses = diagnose.Of(&v.pair.Metrics)
+	v.flows = all.Flows()
+	s.t.Logf("%s side: %d exchanges, split %+v, turns %+v, diagnoses %v, per exchange %v", role, v.exchanges,
+		diagnose.SplitOf(&v.pair.Metrics), v.pair.Turns, names(v.diagnoses), v.perExchange)
+	return v
+}
+
+func names(ds []record.Diagnosis) []record.DiagnosisName {
+	var out []record.DiagnosisName
+	for _, d := range ds {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// find returns the diagnosis named n, or nil.
+func find(ds []record.Diagnosis, n record.DiagnosisName) *record.Diagnosis {
+	for i := range ds {
+		if ds[i].Name == n {
+			return &ds[i]
+		}
+	}
+	return nil
+}
+
+// evidence returns the value of one number behind d.
+func evidence(t *testing.T, d *record.Diagnosis, name string) float64 {
+	t.Helper()
+	for _, e := range d.Evidence {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	t.Fatalf("%s has no evidence %q: %+v", d.Name, name, d.Evidence)
+	return 0
+}
+
+// fires asserts that the pair's leading diagnosis is n, explaining at
+// least minShare of the latency, and returns it.
+func (v verdict) fires(t *testing.T, n record.DiagnosisName, minShare float64) *record.Diagnosis {
+	t.Helper()
+	d := find(v.diagnoses, n)
+	if d == nil {
+		t.Fatalf("%s did not fire; diagnoses %v", n, names(v.diagnoses))
+	}
+	if v.diagnoses[0].Name != n || d.Share < minShare {
+		t.Errorf("%s explains %.0f %% (leading: %s), want the lead with at least %.0f %%", n, 100*d.Share, v.diagnoses[0].Name, 100*minShare)
+	}
+	if d.Summary == "" || d.Fix == "" {
+		t.Errorf("%s without words: %+v", n, d)
+	}
+	return d
+}
+
+// quiet asserts that n fires neither on the pair nor on any exchange.
+func (v verdict) quiet(t *testing.T, n record.DiagnosisName) {
+	t.Helper()
+	if d := find(v.diagnoses, n); d != nil {
+		t.Errorf("%s fired in the control run: %+v", n, *d)
+	}
+	if c := v.perExchange[n]; c > 0 {
+		t.Errorf("%s fired on %d of %d exchanges in the control run", n, c, v.exchanges)
+	}
+}
+
+func within(t *testing.T, what string, got, lo, hi float64) {
+	t.Helper()
+	if got < lo || got > hi {
+		t.Errorf("%s = %.2f, want %.2f..%.2f", what, got, lo, hi)
+	}
+}
+
+// Seed 004 (a): 100 KB every second over a 20 ms path. With cubic and
+// tcp_slow_start_after_idle=1 the window restarts after each idle second;
+// the fixes (the sysctl at 0, or BBR, which keeps its window) are the
+// controls.
+func TestDiagnoseSlowStartAfterIdle(t *testing.T) {
+	for _, c := range []struct{ cc, ssai string }{{"cubic", "1"}, {"cubic", "0"}, {"bbr", "1"}} {
+		t.Run(c.cc+" ssai="+c.ssai, func(t *testing.T) {
+			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+			for k, v := range map[string]string{"net.ipv4.tcp_congestion_control": c.cc, "net.ipv4.tcp_slow_start_after_idle": c.ssai} {
+				if err := s.lab.A.Sysctl(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.server(workload.ServerConfig{})
+			recs := s.client(workload.ClientConfig{ReqSize: 100_000, RespSize: 100, Count: 5, Interval: time.Second})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			if c.cc == "bbr" || c.ssai == "0" {
+				v.quiet(t, diagnose.SlowStartAfterIdle)
+				return
+			}
+			d := v.fires(t, diagnose.SlowStartAfterIdle, 0.3)
+			// 100 KB is 69 segments: from a restarted window of 10 it takes
+			// 10+20+40, three rounds where one would do.
+			within(t, "extra round trips", evidence(t, d, "extra_round_trips"), 1.5, 4)
+			within(t, "tcp_slow_start_after_idle", evidence(t, d, "tcp_slow_start_after_idle"), 1, 1)
+			within(t, "cwnd after the restart", evidence(t, d, "cwnd_min"), 1, 10)
+			within(t, "share of exchanges restarted", evidence(t, d, "exchanges_restarted"), 75, 100)
+			// Every exchange after the first, each with its idle gap: the
+			// second between starts less the previous exchange.
+			if n := v.perExchange[diagnose.SlowStartAfterIdle]; n != 4 {
+				t.Errorf("slow start after idle on %d exchanges, want the 4 after the first", n)
+			}
+			s.col.mu.Lock()
+			defer s.col.mu.Unlock()
+			for _, e := range s.col.exchanges {
+				if e.Flow.Netns != s.netnsA || e.Role != record.Requester || e.First {
+					continue
+				}
+				if d := find(diagnose.Exchange(e), diagnose.SlowStartAfterIdle); d != nil {
+					within(t, "idle gap (ms)", evidence(t, d, "idle_gap"), 800, 1000)
+				}
+			}
+		})
+	}
+}
+
+// Seed 004 (b): 1 KB every 50 ms beside a bulk upload through a 10 Mbit/s
+// bottleneck with a 1 MB queue. Without the upload (the control) nothing
+// fires; with it, bufferbloat does, with a flat minimum RTT, queueing that
+// ping through the same queue confirms, and the upload named.
+func TestDiagnoseBufferbloat(t *testing.T) {
+	bottleneck := netlab.Link{Delay: 10 * time.Millisecond, RateBitsPerSec: 10_000_000, QueueLimitBytes: 1 << 20}
+	rr := workload.ClientConfig{ReqSize: 1000, RespSize: 1000, Count: 40, Interval: 50 * time.Millisecond}
+	run := func(t *testing.T, bulk bool) (verdict, []time.Duration, *scenario) {
+		s := newScenario(t, netlab.Config{AtoB: bottleneck, BtoA: netlab.Link{Delay: 10 * time.Millisecond}}, tracer.Options{})
+		if err := s.lab.A.Sysctl("net.ipv4.tcp_congestion_control", "cubic"); err != nil {
+			t.Fatal(err)
+		}
+		s.server(workload.ServerConfig{})
+		if !bulk {
+			recs := s.client(rr)
+			s.settle(recs)
+			return s.verdict(s.netnsA, record.Requester), nil, s
+		}
+		// The upload goes to a service of its own, so the two pairs stay apart.
+		s.server(workload.ServerConfig{Listen: fmt.Sprintf("[::]:%d", port+1)})
+		ctx, cancel := context.WithCancel(context.Background())
+		bulkDone := make(chan error, 1)
+		go func() {
+			bulkDone <- s.lab.A.Do(func() error {
+				_, err := workload.RunBulk(ctx, workload.BulkConfig{Addr: netip.AddrPortFrom(s.lab.B.IPv4, port+1).String(),
+					Direction: workload.BulkUp, Duration: 7 * time.Second})
+				return err
+			})
+		}()
+		time.Sleep(2 * time.Second) // let the queue fill
+		pingOut := make(chan []time.Duration, 1)
+		go func() { pingOut <- ping(t, s.lab.A, s.lab.B.IPv4, 20) }()
+		// Fewer exchanges: each takes a queue's worth, and all must run
+		// while the upload does.
+		loaded := rr
+		loaded.Count = 20
+		recs := s.client(loaded)
+		pings := <-pingOut
+		if err := <-bulkDone; err != nil {
+			t.Fatalf("bulk upload: %v", err)
+		}
+		cancel()
+		s.settle(recs)
+		// The upload's exchange is known at its close, once the queue in
+		// front of its FIN drained (1 MB at 10 Mbit/s: under a second).
+		time.Sleep(1500 * time.Millisecond)
+		// The verdict on the small flow alone: the upload is another pair.
+		return s.verdictOf(func(e *record.Exchange) bool {
+			return e.Flow.Netns == s.netnsA && e.Role == record.Requester && e.Flow.Remote.Port() == port
+		}), pings, s
+	}
+	t.Run("quiet", func(t *testing.T) {
+		v, _, _ := run(t, false)
+		v.quiet(t, diagnose.Bufferbloat)
+		if len(v.diagnoses) != 0 {
+			t.Errorf("diagnoses on a quiet path: %v", names(v.diagnoses))
+		}
+	})
+	t.Run("beside a bulk upload", func(t *testing.T) {
+		v, pings, _ := run(t, true)
+		d := v.fires(t, diagnose.Bufferbloat, 0.5)
+		prop := evidence(t, d, "propagation")
+		within(t, "propagation (ms)", prop, 19.5, 21.5)
+		within(t, "queueing mean (ms)", evidence(t, d, "queueing_mean"), 50, 1000)
+		queue := v.pair.Components.Queueing.P50
+		truth := median(pings) - time.Duration(prop*1e6)
+		if (queue - truth).Abs() > truth/4 {
+			t.Errorf("queueing median %v, ping through the same queue says %v above the minimum", queue, truth)
+		}
+		// The upload is named, as seen from either end.
+		bulk := diagnose.BulkSenders(&v.pair.Metrics, v.flows)
+		if len(bulk) == 0 || bulk[0].Flow.Remote.Port() != port+1 && bulk[0].Flow.Local.Port() != port+1 {
+			t.Errorf("the upload to :%d is not named as the bulk sender: %+v", port+1, bulk)
+		}
+	})
+}
+
+// Seed 004 (c): REST-style, a connection per request, against the
+// persistent connection that fixes it.
+func TestDiagnoseConnectionPerRequest(t *testing.T) {
+	for _, mode := range []workload.Mode{workload.ModePerRequest, workload.ModePersistent} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+			s.server(workload.ServerConfig{})
+			recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Count: 15, Interval: 50 * time.Millisecond, Mode: mode})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			if mode == workload.ModePersistent {
+				v.quiet(t, diagnose.ConnPerRequest)
+				return
+			}
+			// One RTT of handshake and one of exchange: half the latency.
+			d := v.fires(t, diagnose.ConnPerRequest, 0.4)
+			within(t, "share", d.Share, 0.4, 0.6)
+			within(t, "exchanges with a handshake (%)", evidence(t, d, "exchanges_with_handshake"), 100, 100)
+			within(t, "handshake (ms)", evidence(t, d, "handshake_mean"), 19, 23)
+			if n := v.perExchange[diagnose.ConnPerRequest]; n != v.exchanges {
+				t.Errorf("%d of %d exchanges diagnosed", n, v.exchanges)
+			}
+		})
+	}
+}
+
+// Transfers limited by a window: the peer's (a reader with a small
+// receive buffer), the congestion window through a thin bottleneck, and
+// each control.
+func TestDiagnoseWindowLimited(t *testing.T) {
+	t.Run("rwnd: small receive buffer", func(t *testing.T) {
+		s := newScenario(t, symmetric(5*time.Millisecond), tracer.Options{})
+		s.server(workload.ServerConfig{})
+		recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 512 << 10, Count: 4, Interval: 50 * time.Millisecond,
+			RcvBuf: 16 << 10, ReadChunk: 4 << 10, ReadGap: 5 * time.Millisecond})
+		s.settle(recs)
+		v := s.verdict(s.netnsB, record.Responder)
+		d := v.fires(t, diagnose.RwndLimited, 0.5)
+		if n := v.perExchange[diagnose.RwndLimited]; n != v.exchanges {
+			t.Errorf("rwnd_limited on %d of %d exchanges", n, v.exchanges)
+		}
+		within(t, "rwnd wait (ms)", evidence(t, d, "send_wait_rwnd_mean"), 100, 2000)
+	})
+	t.Run("rwnd control: default buffer", func(t *testing.T) {
+		s := newScenario(t, symmetric(5*time.Millisecond), tracer.Options{})
+		s.server(workload.ServerConfig{})
+		recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 512 << 10, Count: 4, Interval: 50 * time.Millisecond})
+		s.settle(recs)
+		s.verdict(s.netnsB, record.Responder).quiet(t, diagnose.RwndLimited)
+	})
+	t.Run("cwnd: 1 MB through 10 Mbit/s", func(t *testing.T) {
+		thin := netlab.Link{Delay: 10 * time.Millisecond, RateBitsPerSec: 10_000_000, QueueLimitBytes: 64 << 10}
+		s := newScenario(t, netlab.Config{AtoB: thin, BtoA: netlab.Link{Delay: 10 * time.Millisecond}}, tracer.Options{})
+		if err := s.lab.A.Sysctl("net.ipv4.tcp_slow_start_after_idle", "0"); err != nil {
+			t.Fatal(err)
+		}
+		s.server(workload.ServerConfig{})
+		recs := s.client(workload.ClientConfig{ReqSize: 1 << 20, RespSize: 100, Count: 3, Interval: 1500 * time.Millisecond})
+		s.settle(recs)
+		v := s.verdict(s.netnsA, record.Requester)
+		d := v.fires(t, diagnose.CwndLimited, 0.5)
+		// The app's rate while it waited: near the bottleneck's 1.25 MB/s
+		// (less the headers and the first round trips).
+		within(t, "goodput (MB/s)", evidence(t, d, "goodput_out")/1e6, 0.7, 1.3)
+	})
+	t.Run("cwnd control: small requests", func(t *testing.T) {
+		s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+		s.server(workload.ServerConfig{})
+		recs := s.client(workload.ClientConfig{ReqSize: 1000, RespSize: 100, Count: 10, Interval: 50 * time.Millisecond})
+		s.settle(recs)
+		s.verdict(s.netnsA, record.Requester).quiet(t, diagnose.CwndLimited)
+	})
+}
+
+// Nagle and delayed ACK: a request written in two small pieces with Nagle
+// on waits for the ACK of the first, which the server delays (~40 ms)
+// because it has nothing to say yet. TCP_NODELAY is the control.
+func TestDiagnoseNagle(t *testing.T) {
+	for _, nagle := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nagle=%v", nagle), func(t *testing.T) {
+			s := newScenario(t, symmetric(time.Millisecond), tracer.Options{})
+			s.server(workload.ServerConfig{})
+			recs := s.client(workload.ClientConfig{ReqSize: 400, RespSize: 100, Count: 10, Interval: 100 * time.Millisecond,
+				Nagle: nagle, WriteChunks: 2})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			if !nagle {
+				v.quiet(t, diagnose.SendStall)
+				return
+			}
+			d := v.fires(t, diagnose.SendStall, 0.5)
+			// Linux delays an ACK by 40 ms at most (TCP_DELACK_MAX 200 ms
+			// is for later ACKs; the first is quick-ack'd or at 40 ms).
+			within(t, "stall (ms)", evidence(t, d, "send_wait_other_mean"), 20, 50)
+		})
+	}
+}
+
+// Loss on the path: retransmissions and timeouts, counted as the kernel
+// counts them. No loss is the control.
+func TestDiagnoseLoss(t *testing.T) {
+	for _, loss := range []float64{0.05, 0} {
+		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
+			link := netlab.Link{Delay: 5 * time.Millisecond, Loss: loss}
+			s := newScenario(t, netlab.Config{AtoB: link, BtoA: link, Seed: 7}, tracer.Options{})
+			s.server(workload.ServerConfig{})
+			before := retransSegs(t, s.lab.A)
+			recs := s.client(workload.ClientConfig{ReqSize: 3000, RespSize: 3000, Count: 60, Interval: 20 * time.Millisecond})
+			s.settle(recs)
+			kernel := retransSegs(t, s.lab.A) - before
+			v := s.verdict(s.netnsA, record.Requester)
+			if loss == 0 {
+				v.quiet(t, diagnose.Loss)
+				return
+			}
+			d := find(v.diagnoses, diagnose.Loss)
+			if d == nil {
+				t.Fatalf("loss did not fire with %v loss; diagnoses %v", loss, names(v.diagnoses))
+			}
+			// What lattrace counted on exchanges is what the kernel sent
+			// again (both count A's retransmissions).
+			if got := evidence(t, d, "retransmits"); uint64(got) != kernel || kernel == 0 {
+				t.Errorf("retransmits %v, the kernel's RetransSegs %d", got, kernel)
+			}
+			if v.perExchange[diagnose.Loss] == 0 {
+				t.Error("no exchange diagnosed with loss")
+			}
+		})
+	}
+}
+
+// retransSegs reads the namespace's TCP RetransSegs.
+func retransSegs(t *testing.T, h *netlab.Host) uint64 {
+	t.Helper()
+	st, err := h.NetStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(st["Tcp.RetransSegs"])
+}
+
+// Seed 000: a chatty client makes three queries back to back for each of
+// its requests against a 5 ms path, six turns per request; the control
+// makes one query per request.
+func TestDiagnoseManyTurns(t *testing.T) {
+	for _, queries := range []int{3, 1} {
+		t.Run(fmt.Sprintf("%d queries per request", queries), func(t *testing.T) {
+			s := newScenario(t, symmetric(2500*time.Microsecond), tracer.Options{})
+			s.server(workload.ServerConfig{})
+			var conn net.Conn
+			if err := s.lab.A.Do(func() (err error) {
+				conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			id := uint64(0)
+			for range 10 {
+				for range queries {
+					id++
+					req := make([]byte, 200)
+					workload.Header{Kind: workload.KindRequest, ID: id, ReqLen: 200, RespLen: 500}.Put(req)
+					if _, err := conn.Write(req); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(conn, make([]byte, 500)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(100 * time.Millisecond) // the user's think time
+			}
+			local := conn.LocalAddr().String()
+			conn.Close()
+			s.settle([]workload.ClientRecord{{Local: local}})
+			v := s.verdict(s.netnsA, record.Requester)
+			if queries == 1 {
+				v.quiet(t, diagnose.ManyTurns)
+				return
+			}
+			d := find(v.diagnoses, diagnose.ManyTurns)
+			if d == nil {
+				t.Fatalf("many_turns did not fire; diagnoses %v, turns %+v", names(v.diagnoses), v.pair.Turns)
+			}
+			// Six turns a request; the last before the close has five (no
+			// request follows its response).
+			within(t, "turns per burst", evidence(t, d, "turns_per_burst"), 5.9, 5.9)
+			within(t, "exchanges per burst", evidence(t, d, "exchanges_per_burst"), 3, 3)
+			within(t, "bursts", evidence(t, d, "bursts"), 10, 10)
+			extra, rounds := diagnose.WhatIfBurst(&v.pair.Metrics, 20*time.Millisecond)
+			within(t, "what-if round trips per burst", rounds, 2.95, 2.95)
+			within(t, "what-if 20 ms (ms)", float64(extra)/1e6, 59, 59)
+		})
+	}
+}
+
+// Seed 000's lesson: when the peer's think time dominates, say so, so
+// nobody moves a service closer for nothing. An immediate server is the
+// control.
+func TestDiagnoseAppDominated(t *testing.T) {
+	for _, think := range []time.Duration{30 * time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("think=%v", think), func(t *testing.T) {
+			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+			s.server(workload.ServerConfig{})
+			recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Count: 15, Interval: 20 * time.Millisecond, Think: think})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			if think == 0 {
+				v.quiet(t, diagnose.PeerThink)
+				return
+			}
+			d := v.fires(t, diagnose.PeerThink, 0.5)
+			// The truth is the server's own measure of its think time
+			// (the 30 ms asked for, plus its wake-up on a busy machine).
+			var server []time.Duration
+			for _, p := range s.match(recs) {
+				server = append(server, time.Duration(p.app.ServerNs))
+			}
+			truth := float64(median(server)) / 1e6
+			within(t, "peer (ms)", evidence(t, d, "peer_mean"), truth-1, truth+2.5)
+			within(t, "network (ms)", evidence(t, d, "network_mean"), 19.5, 21.5)
+			if d.Severity != record.SeverityInfo {
+				t.Errorf("a slow peer app is %s, want info: nothing on the path to fix", d.Severity)
+			}
+			// The responder says the same from its side: its own think.
+			b := s.verdict(s.netnsB, record.Responder)
+			b.fires(t, diagnose.LocalThink, 0.5)
+		})
+	}
+}
+
+// The false-positive check: a clean 20 ms path and an immediate server,
+// 1,000 exchanges over four connections at once, each client starting one
+// every 30 ms (back to back they would be one endless burst, which is a
+// finding of its own). Nothing fires, on the pair or on any exchange.
+func TestDiagnoseNothingOnACleanPath(t *testing.T) {
+	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+	s.server(workload.ServerConfig{})
+	var (
+		mu   sync.Mutex
+		recs []workload.ClientRecord
+		wg   sync.WaitGroup
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Count: 250, Interval: 30 * time.Millisecond})
+			mu.Lock()
+			recs = append(recs, r...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	s.settle(recs)
+	v := s.verdict(s.netnsA, record.Requester)
+	if v.exchanges < 1000 {
+		t.Fatalf("%d exchanges traced, want at least 1000", v.exchanges)
+	}
+	if len(v.diagnoses) != 0 {
+		t.Errorf("diagnoses on a clean path: %+v", v.diagnoses)
+	}
+	for n, c := range v.perExchange {
+		t.Errorf("%s fired on %d of %d exchanges of a clean path", n, c, v.exchanges)
+	}
+	b := s.verdict(s.netnsB, record.Responder)
+	if len(b.diagnoses) != 0 || len(b.perExchange) != 0 {
+		t.Errorf("responder side: %v, per exchange %v", names(b.diagnoses), b.perExchange)
+	}
+}
