@@ -166,6 +166,9 @@ func (e explanation) write(w io.Writer) {
 				ev = append(ev, evidenceText(x))
 			}
 			fmt.Fprintf(w, "     Numbers: %s\n", strings.Join(ev, ", "))
+			for _, r := range d.Related {
+				fmt.Fprintf(w, "     Related: %s\n", r)
+			}
 		}
 	}
 	if e.whatIf > 0 {

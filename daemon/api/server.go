@@ -94,18 +94,37 @@ func (s *Server) flows(now record.Mono) []Flow {
 	stats := s.agg.Flows()
 	out := make([]Flow, len(stats))
 	for i := range stats {
-		out[i] = s.flow(&stats[i], now)
+		out[i] = s.flow(&stats[i], stats, now)
 	}
 	return out
 }
 
-func (s *Server) flow(st *aggregate.FlowStats, now record.Mono) Flow {
+// diagnoses diagnoses m; all is every flow, for the findings that point
+// at others (the bulk senders behind a bufferbloat).
+func diagnoses(m *aggregate.Metrics, all []aggregate.FlowStats) []record.Diagnosis {
+	ds := diagnose.Of(m)
+	for i := range ds {
+		if ds[i].Name != diagnose.Bufferbloat {
+			continue
+		}
+		for j, b := range diagnose.BulkSenders(m, all) {
+			if j == 3 {
+				break
+			}
+			ds[i].Related = append(ds[i].Related, fmt.Sprintf("flow %d: %s pid %d %s -> %s moved %d bytes",
+				b.Cookie, b.Owner.Comm, b.Owner.PID, b.Flow.Local, b.Flow.Remote, b.Out.Bytes+b.In.Bytes))
+		}
+	}
+	return ds
+}
+
+func (s *Server) flow(st *aggregate.FlowStats, all []aggregate.FlowStats, now record.Mono) Flow {
 	f := Flow{
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
 		Rate:      s.hist.Rate(st.Cookie, now),
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnose.Of(&st.Metrics),
+		Diagnoses: diagnoses(&st.Metrics, all),
 	}
 	if st.Peer != (aggregate.PeerKey{}) {
 		f.PeerID = PeerID(st.Peer)
@@ -114,13 +133,12 @@ func (s *Server) flow(st *aggregate.FlowStats, now record.Mono) Flow {
 	return f
 }
 
-func (s *Server) peer(st *aggregate.PeerStats, rate float64) Peer {
+func (s *Server) peer(st *aggregate.PeerStats, all []aggregate.FlowStats) Peer {
 	p := Peer{
 		ID:        PeerID(st.PeerKey),
 		PeerStats: *st,
-		Rate:      rate,
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnose.Of(&st.Metrics),
+		Diagnoses: diagnoses(&st.Metrics, all),
 	}
 	p.Dominant = p.Split.Dominant()
 	return p
@@ -148,28 +166,22 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, FlowList{APIVersion: Version, Now: now, Total: total, Flows: out})
 }
 
-// findFlow looks a flow up by id; the error is the answer to give.
-func (s *Server) findFlow(id string) (*aggregate.FlowStats, int, error) {
+func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	cookie, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("flow id %q is not a number (ids are in the id column of /%s/flows)", id, Version)
-	}
-	for _, st := range s.agg.Flows() {
-		if st.Cookie == cookie {
-			return &st, 0, nil
-		}
-	}
-	return nil, http.StatusNotFound, fmt.Errorf("no flow %s: it closed, expired or was never seen", id)
-}
-
-func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
-	st, code, err := s.findFlow(r.PathValue("id"))
-	if err != nil {
-		writeError(w, code, err.Error())
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("flow id %q is not a number (ids are in the id column of /%s/flows)", id, Version))
 		return
 	}
 	now := record.Now()
-	writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(st, now), Recent: s.hist.Recent(st.Cookie)})
+	all := s.agg.Flows()
+	for i := range all {
+		if all[i].Cookie == cookie {
+			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(&all[i], all, now), Recent: s.hist.Recent(cookie)})
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no flow %s: it closed, expired or was never seen", id))
 }
 
 // peerRates sums the rates of each pair's flows.
@@ -190,11 +202,12 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := record.Now()
+	all := s.agg.Flows()
 	rates := peerRates(s.flows(now))
 	stats := s.agg.Peers()
 	out := make([]Peer, 0, len(stats))
 	for i := range stats {
-		p := s.peer(&stats[i], 0)
+		p := s.peer(&stats[i], all)
 		p.Rate = rates[p.ID]
 		if q.Filter.MatchPeer(&p) {
 			out = append(out, p)
@@ -221,7 +234,7 @@ func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 				flows = append(flows, f)
 			}
 		}
-		p := s.peer(&st, 0)
+		p := s.peer(&st, s.agg.Flows())
 		p.Rate = peerRates(flows)[id]
 		SortFlows(flows, DefaultSort)
 		writeJSON(w, PeerDetail{APIVersion: Version, Now: now, Peer: p, Flows: flows})

@@ -286,3 +286,30 @@ func TestSocket(t *testing.T) {
 		t.Error("ftp target accepted")
 	}
 }
+
+// A flow waiting in a bloated queue names the flow that moved data in bulk
+// at the same time.
+func TestBufferbloatNamesBulkSenders(t *testing.T) {
+	agg := aggregate.New(aggregate.Config{})
+	hist := history.New(history.Config{})
+	now := record.Now()
+	for i := range 5 {
+		at := now - record.Mono(time.Duration(5-i)*200*ms)
+		e := exchange(1, "10.0.0.1:40000", "10.0.0.2:8080", "curl", at, 180*ms, 0)
+		e.Components.Propagation, e.Components.Queueing = 20*ms, 160*ms
+		agg.AddExchange(e)
+	}
+	bulk := exchange(2, "10.0.0.1:40001", "10.0.0.9:5201", "iperf3", now, 2*time.Second, 0)
+	bulk.BytesOut = 50 << 20
+	agg.AddExchange(bulk)
+	s := NewServer(agg, hist, func() Health { return Health{} }, nil)
+	code, body := get(t, s.Handler(), "GET", "/v1/flows/1")
+	var d FlowDetail
+	if err := json.Unmarshal(body, &d); code != 200 || err != nil {
+		t.Fatalf("%d %v", code, err)
+	}
+	ds := d.Flow.Diagnoses
+	if len(ds) == 0 || ds[0].Name != diagnose.Bufferbloat || len(ds[0].Related) != 1 || !strings.Contains(ds[0].Related[0], "flow 2: iperf3") {
+		t.Errorf("diagnoses %+v", ds)
+	}
+}

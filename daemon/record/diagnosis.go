@@ -48,4 +48,7 @@ type Diagnosis struct {
 	Evidence []Evidence `json:"evidence"`
 	// Fix is what to change, in words a person can act on.
 	Fix string `json:"fix"`
+	// Related names other flows the finding points at, where there are
+	// any: for bufferbloat, the flows moving data in bulk at the time.
+	Related []string `json:"related,omitempty"`
 }
