@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
@@ -38,6 +39,9 @@ func newExplain() *cobra.Command {
 			return usageError{err}
 		}
 		id := args[0]
+		if !flowID.MatchString(id) && !peerID.MatchString(id) {
+			return usageError{fmt.Errorf("%q is neither a flow id (a number) nor a peer pair id (p and 12 hex digits): see `lattrace flows` and `lattrace flows --peers`", id)}
+		}
 		out := cmd.OutOrStdout()
 		var ex explanation
 		var detail any
@@ -65,6 +69,12 @@ func newExplain() *cobra.Command {
 	}
 	return cmd
 }
+
+// The ids explain takes, as the API gives them.
+var (
+	flowID = regexp.MustCompile(`^[0-9]+$`)
+	peerID = regexp.MustCompile(`^p[0-9a-f]{12}$`)
+)
 
 func lookupError(err error, what, id, target string) error {
 	if errors.Is(err, api.ErrNotFound) {

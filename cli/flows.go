@@ -35,6 +35,9 @@ func (l *listFlags) query() (api.Query, error) {
 	if err != nil {
 		return api.Query{}, usageError{fmt.Errorf("--filter: %w", err)}
 	}
+	if l.peers && flt.PID != 0 {
+		return api.Query{}, usageError{fmt.Errorf("--filter pid: a peer pair has no single process; filter pairs by comm, or list flows")}
+	}
 	return api.Query{Sort: l.sort, Filter: flt}, nil
 }
 

@@ -144,6 +144,8 @@ func topOnce(ctx context.Context, src topSrc, opts top.Options, q api.Query, out
 			return nil
 		case <-time.After(opts.Interval):
 		}
+		// Said, so nobody reads a second of tracing as a node's history.
+		fmt.Fprintf(os.Stderr, "note: %s; these are %v of tracing in this process\n", src.title, opts.Interval)
 	}
 	width := tableWidth(os.Stdout)
 	if opts.View == top.ViewPeers {

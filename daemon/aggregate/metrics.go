@@ -77,6 +77,11 @@ type scalars struct {
 
 	retransmits, rtos                  uint64
 	bytesOut, bytesIn, segsOut, segsIn uint64
+	// Transfers (messages of TransferBytes or more) each way: bytes, the
+	// time they took, and how many.
+	xferOutBytes, xferInBytes uint64
+	xferOutTime, xferInTime   time.Duration
+	xfersOut, xfersIn         uint64
 
 	turnsLast uint32
 	turnsMax  uint32
@@ -157,6 +162,7 @@ func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
 		sc.partial++
 	} else {
 		m.addTiming(c, ex)
+		m.addTransfers(ex)
 	}
 
 	// Zero RTTs mean "not measured" (no sample yet), not "instant".
@@ -201,6 +207,27 @@ func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
 		sc.cwndRestarts++
 	}
 	sc.slowStartAfterIdle = ex.SlowStartAfterIdle
+}
+
+// TransferBytes is the message size from which a message is a transfer:
+// many segments, whose rate says what the path carries that way.
+const TransferBytes = 64 << 10
+
+// addTransfers counts the exchange's messages that are transfers: the
+// outgoing one from its first write to its last byte acknowledged, the
+// incoming one from its first byte to its last.
+func (m *metrics) addTransfers(ex *record.Exchange) {
+	sc, tl := &m.sc, &ex.Timeline
+	if ex.BytesOut >= TransferBytes && tl.W0 != 0 && tl.A1 > tl.W0 {
+		sc.xferOutBytes += ex.BytesOut
+		sc.xferOutTime += tl.A1.Sub(tl.W0)
+		sc.xfersOut++
+	}
+	if ex.BytesIn >= TransferBytes && tl.R0 != 0 && tl.R1 > tl.R0 {
+		sc.xferInBytes += ex.BytesIn
+		sc.xferInTime += tl.R1.Sub(tl.R0)
+		sc.xfersIn++
+	}
 }
 
 // addTiming records what an exchange says about time: its distributions,
@@ -323,6 +350,11 @@ type Direction struct {
 	// waited through them for those bytes. It is the rate experienced,
 	// not the capacity of the path.
 	Goodput float64 `json:"goodput_bytes_per_s"`
+	// Transfers counts the messages of TransferBytes or more this way;
+	// TransferRate is their bytes over the time they took: what the path
+	// carried this way when asked to carry much.
+	Transfers    uint64  `json:"transfers"`
+	TransferRate float64 `json:"transfer_bytes_per_s"`
 }
 
 // Turns is how many changes of direction an exchange took. The tracer
@@ -419,8 +451,10 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		},
 		Retransmits: sc.retransmits,
 		RTOs:        sc.rtos,
-		Out:         Direction{Bytes: sc.bytesOut, Segments: sc.segsOut, Goodput: goodput(sc.activeBytesOut, sc.active)},
-		In:          Direction{Bytes: sc.bytesIn, Segments: sc.segsIn, Goodput: goodput(sc.activeBytesIn, sc.active)},
+		Out: Direction{Bytes: sc.bytesOut, Segments: sc.segsOut, Goodput: goodput(sc.activeBytesOut, sc.active),
+			Transfers: sc.xfersOut, TransferRate: goodput(sc.xferOutBytes, float64(sc.xferOutTime))},
+		In: Direction{Bytes: sc.bytesIn, Segments: sc.segsIn, Goodput: goodput(sc.activeBytesIn, sc.active),
+			Transfers: sc.xfersIn, TransferRate: goodput(sc.xferInBytes, float64(sc.xferInTime))},
 		Turns:       Turns{Last: sc.turnsLast, PerExchangeMax: sc.turnsMax},
 		Cwnd: Cwnd{
 			Last:     sc.cwndLast,

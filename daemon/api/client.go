@@ -58,6 +58,11 @@ func NewClient(target string) (*Client, error) {
 		if err != nil || pu.Host == "" || pu.Scheme != "http" {
 			return nil, fmt.Errorf("API address %q is neither a socket path nor host:port", target)
 		}
+		// The daemon serves TCP on loopback only; anything else is a typo
+		// or another service, and a name would cost a DNS lookup.
+		if ip := net.ParseIP(pu.Hostname()); pu.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("API address %q: the daemon's API is a socket path or a loopback host:port (127.0.0.1, [::1], localhost)", target)
+		}
 		c.base = "http://" + pu.Host
 	}
 	c.hc = &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -91,10 +96,11 @@ func (c *Client) get(ctx context.Context, path string, v url.Values, out any) er
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e Error
-		msg := strings.TrimSpace(string(body))
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			msg = e.Error
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			// Not a lattrace answer: something else listens there.
+			return fmt.Errorf("%s answered %s, not as a lattrace API %s: is the address right?", c.Target, resp.Status, Version)
 		}
+		msg := e.Error
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", ErrNotFound, msg)
 		}

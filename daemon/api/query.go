@@ -56,6 +56,9 @@ func ParseFilter(s string) (Filter, error) {
 	var f Filter
 	for _, w := range strings.Fields(s) {
 		k, v, ok := strings.Cut(w, ":")
+		if ok && !slices.Contains(filterKeys, k) && isWord(k) && !isAddress(w) {
+			return Filter{}, fmt.Errorf("unknown filter field %q (fields: comm, pid, port, addr, netns, container; other words are free text)", k)
+		}
 		if !ok || !slices.Contains(filterKeys, k) || k == "q" {
 			// An address like ::1 or 10.0.0.1:80 is free text, not a key.
 			f.Text = strings.TrimSpace(f.Text + " " + w)
@@ -66,6 +69,32 @@ func ParseFilter(s string) (Filter, error) {
 		}
 	}
 	return f, nil
+}
+
+// isWord reports whether s looks like a field name: letters only.
+func isWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// isAddress reports whether s is an IP address or address:port, which
+// may begin with letters (dead::beef).
+func isAddress(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	if _, err := netip.ParseAddrPort(s); err == nil {
+		return true
+	}
+	_, err := netip.ParsePrefix(s)
+	return err == nil
 }
 
 func (f *Filter) set(k, v string) error {

@@ -100,9 +100,13 @@ func (s *Server) flows(now record.Mono) []Flow {
 }
 
 // diagnoses diagnoses m; all is every flow, for the findings that point
-// at others (the bulk senders behind a bufferbloat).
+// at others (the bulk senders behind a bufferbloat). None is an empty
+// list, not null: the schema's lists are always lists.
 func diagnoses(m *aggregate.Metrics, all []aggregate.FlowStats) []record.Diagnosis {
 	ds := diagnose.Of(m)
+	if ds == nil {
+		ds = []record.Diagnosis{}
+	}
 	for i := range ds {
 		if ds[i].Name != diagnose.Bufferbloat {
 			continue
@@ -177,7 +181,11 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
 	all := s.agg.Flows()
 	for i := range all {
 		if all[i].Cookie == cookie {
-			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(&all[i], all, now), Recent: s.hist.Recent(cookie)})
+			recent := s.hist.Recent(cookie)
+			if recent == nil {
+				recent = []history.Sample{}
+			}
+			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(&all[i], all, now), Recent: recent})
 			return
 		}
 	}
@@ -228,7 +236,7 @@ func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 		if PeerID(st.PeerKey) != id {
 			continue
 		}
-		var flows []Flow
+		flows := []Flow{}
 		for _, f := range s.flows(now) {
 			if f.PeerID == id {
 				flows = append(flows, f)

@@ -144,6 +144,10 @@ func TestFlowAndPeerDetail(t *testing.T) {
 	if err := json.Unmarshal(body, &d); code != 200 || err != nil {
 		t.Fatalf("%d %v", code, err)
 	}
+	// Nothing to say is an empty list, not null.
+	if _, b := get(t, h, "GET", "/v1/flows/2"); !strings.Contains(string(b), `"diagnoses":[]`) {
+		t.Errorf("no diagnoses is not an empty list: %s", b)
+	}
 	if d.Flow.ID != "1" || len(d.Recent) != 10 || d.Recent[0].Time >= d.Recent[9].Time || d.Recent[9].CwndEnd != 10 {
 		t.Errorf("detail: id %s, %d recent", d.Flow.ID, len(d.Recent))
 	}
@@ -219,8 +223,15 @@ func TestParseFilterRoundTrip(t *testing.T) {
 	if err != nil || q.Filter != f || q.Sort != "rate" || q.Limit != 5 {
 		t.Errorf("query round trip %+v %v", q, err)
 	}
-	if _, err := ParseFilter("port:http"); err == nil {
-		t.Error("port:http accepted")
+	for _, bad := range []string{"port:http", "foo:bar", "colour:red"} {
+		if _, err := ParseFilter(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	for _, text := range []string{"dead::beef", "fe80::1", "10.0.0.1:80", "[::1]:443", "::1"} {
+		if f, err := ParseFilter(text); err != nil || f.Text != text {
+			t.Errorf("%q: %+v %v", text, f, err)
+		}
 	}
 }
 
@@ -282,8 +293,20 @@ func TestSocket(t *testing.T) {
 	if _, err := c.Health(context.Background()); !errors.Is(err, ErrNoDaemon) {
 		t.Errorf("no daemon: %v", err)
 	}
-	if _, err := NewClient("ftp://x"); err == nil {
-		t.Error("ftp target accepted")
+	for _, bad := range []string{"ftp://x", "10.1.2.3:80", "example.com:80", "foo"} {
+		if _, err := NewClient(bad); err == nil {
+			t.Errorf("target %q accepted", bad)
+		}
+	}
+	// Something else on a loopback port: said so, not "not found".
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+	oc, err := NewClient(other.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Flows(context.Background(), Query{}); err == nil || !strings.Contains(err.Error(), "not as a lattrace API") {
+		t.Errorf("another service: %v", err)
 	}
 }
 

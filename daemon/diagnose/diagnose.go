@@ -30,6 +30,8 @@ const (
 	PeerThink          record.DiagnosisName = "app_peer"
 	LocalRead          record.DiagnosisName = "app_local_read"
 	LocalThink         record.DiagnosisName = "app_think"
+	Asymmetry          record.DiagnosisName = "direction_asymmetry"
+	ReceiveLimited     record.DiagnosisName = "receive_limited"
 )
 
 // Split is the mean latency of an exchange grouped the way the model names
@@ -84,9 +86,9 @@ const (
 	// last exchange before a close has one turn, not two).
 	manyBurstTurns     = 5
 	manyBurstExchanges = 2.5
-	// transferBytes is the mean message size from which a message is a
-	// transfer of many segments rather than a small write.
-	transferBytes = 64 << 10
+	// asymmetric is the ratio of the two directions' transfer rates from
+	// which the difference is a finding (seed 001 saw 71 vs 2.5 Mbit/s).
+	asymmetric = 3
 	// minPart is the least time a part must take to be named at all: on a
 	// loopback exchange of 100 us, 30 us of scheduling is a large share
 	// and nothing anyone should act on.
@@ -124,7 +126,7 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	// bottleneck behind it. For small messages "other" is a stall of its
 	// own (Nagle, cork). Slow start after idle is the window wait of
 	// exchanges whose window was restarted by an idle gap.
-	transfer := m.Exchanges > 0 && m.Out.Bytes/m.Exchanges >= transferBytes
+	transfer := m.Exchanges > 0 && m.Out.Bytes/m.Exchanges >= aggregate.TransferBytes
 	windowWait, otherWait := c.SendWaitCwnd, c.SendWaitOther
 	if transfer {
 		windowWait, otherWait = windowWait+otherWait, 0
@@ -181,9 +183,9 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	if s := share(otherWait); s >= minShare {
 		add(record.Diagnosis{
 			Name: SendStall, Severity: sev(s), Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the window open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
+			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the windows open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
 			Evidence: []record.Evidence{msEv("send_wait_other_mean", otherWait)},
-			Fix:      "set TCP_NODELAY on small writes, or write each message in one call",
+			Fix:      "if the app writes a message in pieces with Nagle on, set TCP_NODELAY or write it in one call; with BBR or the fq qdisc this is pacing, which spreads a burst over the round trip on purpose",
 		})
 	}
 	// Queueing above the path's minimum: bufferbloat.
@@ -202,13 +204,24 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	if s := share(c.LossRecovery); s >= minShare/2 || m.RTOs > 0 && s > 0 {
 		add(record.Diagnosis{
 			Name: Loss, Severity: sev(s), Share: s,
-			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s, %s",
-				pct(s), countOf(m.Retransmits, "retransmission"), countOf(m.RTOs, "timeout")),
+			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s",
+				pct(s), lossWords(m)),
 			Evidence: []record.Evidence{
 				msEv("loss_recovery_mean", c.LossRecovery), msEv("loss_recovery_max", m.Components.LossRecovery.Max),
 				count("retransmits", m.Retransmits), count("rtos", m.RTOs),
 			},
 			Fix: "packets are lost on the path: look for drops on the interfaces and queues (ip -s link, tc -s qdisc); timeouts cost most on short flows",
+		})
+	}
+	// The incoming message's own transfer: the peer sent it over several
+	// round trips. Its reasons are on the peer's side.
+	if s := share(c.Receive); s >= minShare {
+		add(record.Diagnosis{
+			Name: ReceiveLimited, Severity: sev(s), Share: s,
+			Summary: fmt.Sprintf("%s of the latency is the incoming message's own transfer (%s from its first byte to its last, %s/s): the peer sends it in several rounds",
+				pct(s), dur(c.Receive), rateText(m.In.TransferRate)),
+			Evidence: []record.Evidence{msEv("receive_mean", c.Receive), rate("transfer_rate_in", m.In.TransferRate), msEv("network_mean", c.Network)},
+			Fix:      "the sender's window, its pacing or a thin path sets the pace: lattrace on the peer shows which; large responses gain from a larger initial window there, or from being smaller",
 		})
 	}
 	if s := share(c.Handshake); s >= minShare {
@@ -271,6 +284,25 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "profile this service: the time is spent between reading the request and writing the response",
 		})
 	}
+	// The path carries much more one way than the other (a NAT, an
+	// asymmetric link). It is about rate, not a share of latency.
+	if up, down := m.Out.TransferRate, m.In.TransferRate; m.Out.Transfers > 0 && m.In.Transfers > 0 && up > 0 && down > 0 &&
+		max(up, down) >= asymmetric*min(up, down) {
+		slow := "outgoing"
+		if down < up {
+			slow = "incoming"
+		}
+		add(record.Diagnosis{
+			Name: Asymmetry, Severity: record.SeverityWarning,
+			Summary: fmt.Sprintf("transfers run %.1f times slower %s: %s/s out against %s/s in",
+				max(up, down)/min(up, down), slow, rateText(up), rateText(down)),
+			Evidence: []record.Evidence{
+				rate("transfer_rate_out", up), rate("transfer_rate_in", down),
+				count("transfers_out", m.Out.Transfers), count("transfers_in", m.In.Transfers),
+			},
+			Fix: "the path is asymmetric: look for a NAT, a shaper or an asymmetric link on the slow direction, or place the big transfers where the path is fast",
+		})
+	}
 	// Where the time goes first: the largest share leads, the more severe
 	// of two equal shares first.
 	slices.SortStableFunc(out, func(a, b record.Diagnosis) int {
@@ -285,18 +317,27 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 // WhatIf estimates how much longer each exchange would take if the peer
 // were extra farther away (extra round-trip time). Every round trip waits
 // once more: one per two turns (there and back), at least one per
-// exchange, and one more for each handshake.
+// exchange, and one more for each handshake. Only the requester waits for
+// round trips: a responder's exchange (request read to response sent)
+// holds none, so a pair that only answers gets zero.
 func WhatIf(m *aggregate.Metrics, extra time.Duration) (perExchange time.Duration, roundTrips float64) {
+	if m.Exchanges == 0 || m.Requester == 0 {
+		return 0, 0
+	}
 	roundTrips = max(m.Turns.PerExchangeMean/2, 1)
 	if n := m.Components.Handshake.Count; n > 0 {
 		roundTrips += float64(m.Components.Handshake.Nonzero) / float64(n)
 	}
+	roundTrips *= float64(m.Requester) / float64(m.Exchanges)
 	return time.Duration(roundTrips * float64(extra)), roundTrips
 }
 
 // WhatIfBurst is WhatIf for a burst of back-to-back exchanges, what an
 // application waits for as one of its own requests; zero without bursts.
 func WhatIfBurst(m *aggregate.Metrics, extra time.Duration) (perBurst time.Duration, roundTrips float64) {
+	if m.Requester == 0 {
+		return 0, 0
+	}
 	roundTrips = m.Turns.PerBurstMean / 2
 	return time.Duration(roundTrips * float64(extra)), roundTrips
 }
@@ -398,6 +439,15 @@ func dur(d time.Duration) string {
 
 // Dur is the duration format of the diagnoses, for the CLI's own text.
 func Dur(d time.Duration) string { return dur(d) }
+
+// lossWords says who retransmitted: this end's retransmissions are
+// counted; the peer's show as holes in what arrived.
+func lossWords(m *aggregate.Metrics) string {
+	if m.Retransmits == 0 {
+		return "the peer retransmitted (holes in what arrived); this end sent nothing again"
+	}
+	return countOf(m.Retransmits, "retransmission") + " and " + countOf(m.RTOs, "timeout") + " on this end"
+}
 
 func countOf(n uint64, what string) string {
 	if n == 1 {

@@ -12,7 +12,7 @@ const ms = time.Millisecond
 
 // metrics builds flow metrics of n exchanges whose means are c.
 func metrics(n uint64, c record.Components) aggregate.Metrics {
-	m := aggregate.Metrics{Exchanges: n, ComponentMeans: c, Turns: aggregate.Turns{PerExchangeMean: 1}}
+	m := aggregate.Metrics{Exchanges: n, Requester: n, ComponentMeans: c, Turns: aggregate.Turns{PerExchangeMean: 1}}
 	m.Duration.Mean = c.Sum()
 	m.Duration.Count = n
 	return m
@@ -45,6 +45,7 @@ func TestRules(t *testing.T) {
 		{"handshake", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 20 * ms}), []record.DiagnosisName{ConnPerRequest}, 0.5},
 		{"local reader", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, LocalRead: 8 * ms}), []record.DiagnosisName{LocalRead}, 0.8},
 		{"local think", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, Think: 8 * ms}), []record.DiagnosisName{LocalThink}, 0.8},
+		{"slow response transfer", metrics(10, record.Components{Network: 30 * ms, Propagation: 30 * ms, Receive: 31 * ms}), []record.DiagnosisName{ReceiveLimited}, 31.0 / 61},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ds := Of(&c.m)
@@ -91,6 +92,12 @@ func TestLossAndTurnsAndOrder(t *testing.T) {
 	chatty.Turns = aggregate.Turns{PerExchangeMean: 2, PerExchangeMax: 2, Bursts: 10, PerBurstMean: 6, PerBurstMax: 6, ExchangesPerBurstMean: 3}
 	if ds := Of(&chatty); len(ds) != 1 || ds[0].Name != ManyTurns || ds[0].Severity != record.SeverityWarning {
 		t.Errorf("chatty: %+v", ds)
+	}
+	// A server's exchanges hold no round trip: distance adds nothing.
+	server := chatty
+	server.Requester, server.Responder = 0, server.Exchanges
+	if extra, _ := WhatIf(&server, 20*ms); extra != 0 {
+		t.Errorf("responder what-if %v", extra)
 	}
 	if extra, rounds := WhatIfBurst(&chatty, 20*ms); rounds != 3 || extra != 60*ms {
 		t.Errorf("burst what-if %v over %v round trips", extra, rounds)

@@ -3,6 +3,7 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,5 +33,5 @@ func checkPrivileges() error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return errors.New("permission denied: lattrace needs root, or the capabilities CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (missing: " + fmt.Sprint(missing) + ")")
+	return errors.New("permission denied: lattrace needs root, or the capabilities CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN; this process lacks " + strings.Join(missing, ", "))
 }

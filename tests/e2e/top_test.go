@@ -206,6 +206,10 @@ func TestFlowsAndExplain(t *testing.T) {
 		{"bad filter", nil, nil, []string{"top", "--filter", "port:http"}, 2, `port "http"`},
 		{"bad interval", nil, nil, []string{"top", "--interval", "1ms"}, 2, "--interval"},
 		{"no id", nil, nil, []string{"explain"}, 2, "accepts 1 arg"},
+		{"not an id", nil, nil, []string{"explain", "abc", "--api", sock}, 2, `"abc" is neither a flow id`},
+		{"unknown filter field", nil, nil, []string{"flows", "--api", sock, "--filter", "foo:bar"}, 2, `unknown filter field "foo"`},
+		{"pid on peer pairs", nil, nil, []string{"flows", "--api", sock, "--peers", "--filter", "pid:1"}, 2, "a peer pair has no single process"},
+		{"API not loopback", nil, nil, []string{"flows", "--api", "10.1.2.3:80"}, 2, "loopback host:port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, stderr := runEnv(t, c.env, c.prefix, c.args...)

@@ -532,3 +532,41 @@ func TestDiagnoseNothingOnACleanPath(t *testing.T) {
 		t.Errorf("responder side: %v, per exchange %v", names(b.diagnoses), b.perExchange)
 	}
 }
+
+// Seed 001: a path that carries far more one way than the other. One
+// connection moves 256 KB up and 256 KB down in turn over 4 Mbit/s up and
+// 40 Mbit/s down; the control has 40 Mbit/s both ways.
+func TestDiagnoseDirectionAsymmetry(t *testing.T) {
+	for _, upRate := range []int64{4_000_000, 40_000_000} {
+		t.Run(fmt.Sprintf("up %d Mbit/s", upRate/1_000_000), func(t *testing.T) {
+			link := func(rate int64) netlab.Link {
+				return netlab.Link{Delay: 5 * time.Millisecond, RateBitsPerSec: rate, QueueLimitBytes: 512 << 10}
+			}
+			s := newScenario(t, netlab.Config{AtoB: link(upRate), BtoA: link(40_000_000)}, tracer.Options{})
+			s.server(workload.ServerConfig{})
+			const size = 256 << 10
+			recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 100, Count: 6, Interval: 100 * time.Millisecond,
+				PerExchange: func(id uint64, spec *workload.ExchangeSpec) {
+					if id%2 == 0 {
+						spec.ReqSize = size
+					} else {
+						spec.RespSize = size
+					}
+				}})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			out, in := v.pair.Out.TransferRate, v.pair.In.TransferRate
+			if upRate == 40_000_000 {
+				v.quiet(t, diagnose.Asymmetry)
+				return
+			}
+			d := find(v.diagnoses, diagnose.Asymmetry)
+			if d == nil {
+				t.Fatalf("direction_asymmetry did not fire: out %.0f B/s in %.0f B/s, diagnoses %v", out, in, names(v.diagnoses))
+			}
+			// The link rates are IP rates: payload is a few % less.
+			within(t, "out (Mbit/s)", evidence(t, d, "transfer_rate_out")*8/1e6, 2.8, 4.0)
+			within(t, "in (Mbit/s)", evidence(t, d, "transfer_rate_in")*8/1e6, 20, 40)
+		})
+	}
+}
