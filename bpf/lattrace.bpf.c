@@ -41,6 +41,7 @@ const enum lt_counter *unused_lt_counter __attribute__((unused));
 const enum lt_record_kind *unused_lt_record_kind __attribute__((unused));
 const enum lt_role *unused_lt_role __attribute__((unused));
 const enum lt_exchange_role *unused_lt_exchange_role __attribute__((unused));
+const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 
 /* Set by the loader. */
@@ -976,5 +977,40 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	st->sendmsg_calls = 0;
 	st->bytes_sent = 0;
 	st->send_skbs = 0;
+	return 0;
+}
+
+/* The iterator over the socket storage: one lt_inflight per followed
+ * socket, for the live view. It reads only socket metadata, like the rest. */
+SEC("iter/bpf_sk_storage_map")
+int lattrace_inflight(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+	struct lt_sock *st = ctx->value;
+	struct lt_inflight rec = {};
+	struct tcp_sock *tp;
+
+	if (!sk || !st)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	rec.cookie = bpf_get_socket_cookie(sk);
+	rec.flow = st->flow;
+	rec.owner = st->owner;
+	rec.conn_role = st->role;
+	rec.last_activity_ns = st->last_activity_ns;
+	rec.turns = st->turns;
+	rec.cwnd = tp->snd_cwnd;
+	rec.srtt_us = tp->srtt_us >> 3;
+	if (st->phase != PHASE_NONE) {
+		rec.role = st->cur.role;
+		rec.start_ns = st->cur.w0 ? st->cur.w0 : st->cur.r0;
+		if (st->cur.r0 && st->cur.r0 < rec.start_ns)
+			rec.start_ns = st->cur.r0;
+		rec.bytes_out = tp->write_seq - st->out_seq_start;
+		rec.bytes_in = tp->rcv_nxt - st->in_seq_start;
+	}
+	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;
 }

@@ -148,4 +148,21 @@ struct lt_exchange {
 	__u32 turns_exchange; /* turns since the connection's previous exchange */
 };
 
+/* What a socket is doing now, written by the iterator over the socket
+ * storage: an exchange in progress is not in any record until it ends (a
+ * bulk transfer can run for minutes), so the live view reads this. */
+struct lt_inflight {
+	__u64 cookie;
+	struct lt_flow flow;
+	struct lt_owner owner;
+	__u32 role;      /* enum lt_exchange_role of the exchange in progress; 0: none */
+	__u32 conn_role; /* enum lt_role */
+	__u64 start_ns;  /* its first point: w0 or r0 */
+	__u64 last_activity_ns;
+	__u64 bytes_out, bytes_in; /* of the exchange so far */
+	__u32 cwnd, srtt_us;
+	__u32 turns;
+	__u32 _pad;
+};
+
 #endif /* LATTRACE_H */

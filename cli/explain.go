@@ -90,6 +90,8 @@ type explanation struct {
 	split     diagnose.Split
 	diagnoses []record.Diagnosis
 	whatIf    time.Duration
+	// inFlight describes the exchange in progress, if any.
+	inFlight string
 }
 
 func flowExplanation(d *api.FlowDetail) explanation {
@@ -102,12 +104,24 @@ func flowExplanation(d *api.FlowDetail) explanation {
 	if f.ConnRole == record.RoleUnknown || role == "" {
 		role = "opened before lattrace started"
 	}
-	return explanation{
+	e := explanation{
 		title:     fmt.Sprintf("Flow %s: %s, %s -> %s, %s", f.ID, who, f.Flow.Local, f.Flow.Remote, role),
 		m:         &f.Metrics,
 		split:     f.Split,
 		diagnoses: f.Diagnoses,
 	}
+	if in := f.InFlight; in != nil && in.Start != 0 {
+		e.inFlight = fmt.Sprintf("In progress: %s exchange begun %s ago, %s out and %s in so far (cwnd %d, srtt %s).",
+			article(string(in.Role)), diagnose.Dur(d.Now.Sub(in.Start)), bytesText(in.BytesOut), bytesText(in.BytesIn), in.Cwnd, diagnose.Dur(in.SRTT))
+	}
+	return e
+}
+
+func article(role string) string {
+	if role == "" {
+		return "an"
+	}
+	return "a " + role
 }
 
 func peerExplanation(d *api.PeerDetail) explanation {
@@ -119,7 +133,7 @@ func peerExplanation(d *api.PeerDetail) explanation {
 		pair = fmt.Sprintf("%s calling %s", p.Comm, fmtAddrPort(p.Remote.String(), p.RemotePort))
 	}
 	return explanation{
-		title:     fmt.Sprintf("Peer pair %s: %s, %d connections", p.ID, pair, p.Connections),
+		title:     fmt.Sprintf("Peer pair %s: %s, %s", p.ID, pair, plural(p.Connections, "connection")),
 		m:         &p.Metrics,
 		split:     p.Split,
 		diagnoses: p.Diagnoses,
@@ -137,14 +151,17 @@ func (e explanation) write(w io.Writer) {
 	m := e.m
 	dur := diagnose.Dur
 	fmt.Fprintln(w, e.title)
+	if e.inFlight != "" {
+		fmt.Fprintln(w, e.inFlight)
+	}
 	timed := m.Exchanges - m.Partial
 	if timed == 0 {
-		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started): nothing to explain.\n", m.Exchanges, m.Partial)
+		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started): nothing to explain yet.\n", m.Exchanges, m.Partial)
 		return
 	}
-	fmt.Fprintf(w, "%d exchanges: p50 %s, p99 %s, max %s; %s sent, %s received, %d retransmissions\n",
-		m.Exchanges, dur(m.Duration.P50), dur(m.Duration.P99), dur(m.Duration.Max),
-		bytesText(m.Out.Bytes), bytesText(m.In.Bytes), m.Retransmits)
+	fmt.Fprintf(w, "%s: p50 %s, p99 %s, max %s; %s sent, %s received, %s\n",
+		plural(m.Exchanges, "exchange"), dur(m.Duration.P50), dur(m.Duration.P99), dur(m.Duration.Max),
+		bytesText(m.Out.Bytes), bytesText(m.In.Bytes), plural(m.Retransmits, "retransmission"))
 
 	c := m.ComponentMeans
 	total := e.split.Total()
@@ -191,6 +208,13 @@ func (e explanation) write(w io.Writer) {
 				m.Turns.ExchangesPerBurstMean, rounds, dur(extra))
 		}
 	}
+}
+
+func plural(n uint64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func evidenceText(x record.Evidence) string {

@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -183,7 +184,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			return nil, err
 		}
 		d.apiLs = ls
-		d.api = api.NewServer(d.agg, d.hist, d.health, log)
+		d.api = api.NewServer(d.agg, d.hist, d.health, d.inFlight, log)
 		prev := d.closeOut
 		d.closeOut = func() {
 			d.api.Close()
@@ -255,6 +256,16 @@ func (d *Daemon) health() api.Health {
 		h.Status = "degraded"
 	}
 	return h
+}
+
+// inFlight reads the exchanges in progress for the API; without the
+// iterator (see the health's hooks) there are none to show.
+func (d *Daemon) inFlight() []record.InFlight {
+	ins, err := d.tracer.InFlight()
+	if err != nil && !errors.Is(err, tracer.ErrNoInflight) {
+		d.log.Warn("exchanges in progress", "err", err)
+	}
+	return ins
 }
 
 // Aggregator returns the live per-flow and per-peer statistics.

@@ -455,7 +455,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 			Transfers: sc.xfersOut, TransferRate: goodput(sc.xferOutBytes, float64(sc.xferOutTime))},
 		In: Direction{Bytes: sc.bytesIn, Segments: sc.segsIn, Goodput: goodput(sc.activeBytesIn, sc.active),
 			Transfers: sc.xfersIn, TransferRate: goodput(sc.xferInBytes, float64(sc.xferInTime))},
-		Turns:       Turns{Last: sc.turnsLast, PerExchangeMax: sc.turnsMax},
+		Turns: Turns{Last: sc.turnsLast, PerExchangeMax: sc.turnsMax},
 		Cwnd: Cwnd{
 			Last:     sc.cwndLast,
 			Min:      sc.cwndMin,

@@ -22,16 +22,21 @@ import (
 
 // Server answers the API from the daemon's live state.
 type Server struct {
-	agg    *aggregate.Aggregator
-	hist   *history.History
-	health func() Health
-	log    *slog.Logger
-	srv    *http.Server
+	agg      *aggregate.Aggregator
+	hist     *history.History
+	health   func() Health
+	inflight func() []record.InFlight
+	log      *slog.Logger
+	srv      *http.Server
 }
 
-// NewServer serves agg and hist; health is called for GET /v1/health.
-func NewServer(agg *aggregate.Aggregator, hist *history.History, health func() Health, log *slog.Logger) *Server {
-	s := &Server{agg: agg, hist: hist, health: health, log: log}
+// NewServer serves agg and hist; health is called for GET /v1/health,
+// inflight (which may be nil) for the exchanges in progress.
+func NewServer(agg *aggregate.Aggregator, hist *history.History, health func() Health, inflight func() []record.InFlight, log *slog.Logger) *Server {
+	if inflight == nil {
+		inflight = func() []record.InFlight { return nil }
+	}
+	s := &Server{agg: agg, hist: hist, health: health, inflight: inflight, log: log}
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	return s
 }
@@ -96,7 +101,45 @@ func (s *Server) flows(now record.Mono) []Flow {
 	for i := range stats {
 		out[i] = s.flow(&stats[i], stats, now)
 	}
-	return out
+	return s.withInFlight(out, stats, now)
+}
+
+// withInFlight adds each flow's exchange in progress, and the flows that
+// have one and no record yet (a transfer running since before its first
+// turn), so nothing that is moving is missing from the list.
+func (s *Server) withInFlight(flows []Flow, all []aggregate.FlowStats, now record.Mono) []Flow {
+	ins := s.inflight()
+	if len(ins) == 0 {
+		return flows
+	}
+	byCookie := make(map[uint64]int, len(flows))
+	for i := range flows {
+		byCookie[flows[i].Cookie] = i
+	}
+	for i := range ins {
+		in := &ins[i]
+		if in.Start == 0 {
+			continue // nothing in progress
+		}
+		j, ok := byCookie[in.Cookie]
+		if !ok {
+			st := aggregate.FlowStats{
+				FlowKey:  aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie},
+				Owner:    in.Owner,
+				ConnRole: in.ConnRole,
+			}
+			flows = append(flows, s.flow(&st, all, now))
+			j = len(flows) - 1
+		}
+		f := &flows[j]
+		f.InFlight = in
+		// The owner of a socket whose records are all still to come is
+		// known from the kernel's side already.
+		if f.Owner.PID == 0 && f.Owner.Comm == "" {
+			f.Owner = in.Owner
+		}
+	}
+	return flows
 }
 
 // diagnoses diagnoses m; all is every flow, for the findings that point
@@ -178,14 +221,13 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := record.Now()
-	all := s.agg.Flows()
-	for i := range all {
-		if all[i].Cookie == cookie {
+	for _, f := range s.flows(now) {
+		if f.Cookie == cookie {
 			recent := s.hist.Recent(cookie)
 			if recent == nil {
 				recent = []history.Sample{}
 			}
-			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: s.flow(&all[i], all, now), Recent: recent})
+			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: f, Recent: recent})
 			return
 		}
 	}

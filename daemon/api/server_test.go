@@ -66,7 +66,7 @@ func fixture(t *testing.T) (*Server, http.Handler) {
 			hist.Add(e)
 		}
 	}
-	s := NewServer(agg, hist, func() Health { return Health{Version: "test", Status: "ok"} }, nil)
+	s := NewServer(agg, hist, func() Health { return Health{Version: "test", Status: "ok"} }, nil, nil)
 	return s, s.Handler()
 }
 
@@ -325,7 +325,7 @@ func TestBufferbloatNamesBulkSenders(t *testing.T) {
 	bulk := exchange(2, "10.0.0.1:40001", "10.0.0.9:5201", "iperf3", now, 2*time.Second, 0)
 	bulk.BytesOut = 50 << 20
 	agg.AddExchange(bulk)
-	s := NewServer(agg, hist, func() Health { return Health{} }, nil)
+	s := NewServer(agg, hist, func() Health { return Health{} }, nil, nil)
 	code, body := get(t, s.Handler(), "GET", "/v1/flows/1")
 	var d FlowDetail
 	if err := json.Unmarshal(body, &d); code != 200 || err != nil {
@@ -334,5 +334,39 @@ func TestBufferbloatNamesBulkSenders(t *testing.T) {
 	ds := d.Flow.Diagnoses
 	if len(ds) == 0 || ds[0].Name != diagnose.Bufferbloat || len(ds[0].Related) != 1 || !strings.Contains(ds[0].Related[0], "flow 2: iperf3") {
 		t.Errorf("diagnoses %+v", ds)
+	}
+}
+
+// A transfer still running has no record yet: the list shows it from the
+// kernel's view, with its owner and bytes so far; a known flow gets its
+// exchange in progress attached.
+func TestInFlightInTheList(t *testing.T) {
+	agg := aggregate.New(aggregate.Config{})
+	agg.AddExchange(exchange(1, "10.0.0.1:40000", "10.0.0.2:8080", "curl", record.Now(), 20*ms, 0))
+	now := record.Now()
+	ins := []record.InFlight{
+		{Cookie: 1, Role: record.Requester, Start: now, BytesOut: 10},
+		{Cookie: 9, Flow: record.Flow{Local: netip.MustParseAddrPort("10.0.0.1:40009"), Remote: netip.MustParseAddrPort("10.0.0.9:5201")},
+			Owner: record.Owner{PID: 77, Comm: "iperf3"}, Role: record.Requester, Start: now, BytesOut: 300 << 20},
+		{Cookie: 10, Owner: record.Owner{PID: 78, Comm: "idle"}}, // nothing in progress
+	}
+	s := NewServer(agg, history.New(history.Config{}), func() Health { return Health{} }, func() []record.InFlight { return ins }, nil)
+	_, body := get(t, s.Handler(), "GET", "/v1/flows")
+	var l FlowList
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Flow{}
+	for _, f := range l.Flows {
+		got[f.ID] = f
+	}
+	if len(got) != 2 || got["1"].InFlight == nil || got["1"].InFlight.BytesOut != 10 {
+		t.Fatalf("flows %+v", got)
+	}
+	if b := got["9"]; b.Owner.Comm != "iperf3" || b.InFlight == nil || b.InFlight.BytesOut != 300<<20 || b.Exchanges != 0 {
+		t.Errorf("running transfer %+v", b)
+	}
+	if _, b := get(t, s.Handler(), "GET", "/v1/flows/9"); !strings.Contains(string(b), `"in_flight"`) {
+		t.Errorf("detail of the running transfer: %s", b)
 	}
 }

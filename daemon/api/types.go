@@ -37,6 +37,9 @@ type Flow struct {
 	Split     diagnose.Split     `json:"split"`
 	Dominant  string             `json:"dominant"`
 	Diagnoses []record.Diagnosis `json:"diagnoses"`
+	// InFlight is the exchange in progress now, when there is one: a
+	// transfer that has run for minutes has no record until it ends.
+	InFlight *record.InFlight `json:"in_flight,omitempty"`
 }
 
 // Peer is one peer pair ("this program talking to that service").

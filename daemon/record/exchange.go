@@ -179,3 +179,25 @@ type ExchangeRaw struct {
 	WaitSndbuf time.Duration `json:"wait_sndbuf_ns"`
 	WaitOther  time.Duration `json:"wait_other_ns"`
 }
+
+// InFlight is a connection's exchange in progress, read from the kernel
+// when asked: no record exists for it until it ends.
+type InFlight struct {
+	Cookie   uint64 `json:"cookie"`
+	Flow     Flow   `json:"flow"`
+	Owner    Owner  `json:"owner"`
+	ConnRole Role   `json:"conn_role"`
+	// Role is the local end's role in the exchange in progress; empty
+	// when the connection has not exchanged anything yet.
+	Role ExchangeRole `json:"role,omitempty"`
+	// Start is the exchange's first point (w0 or r0), LastActivity the
+	// connection's last data either way.
+	Start        Mono `json:"start_mono_ns,omitempty"`
+	LastActivity Mono `json:"last_activity_mono_ns,omitempty"`
+	// BytesOut and BytesIn are the exchange's so far.
+	BytesOut uint64        `json:"bytes_out"`
+	BytesIn  uint64        `json:"bytes_in"`
+	Cwnd     uint32        `json:"cwnd"`
+	SRTT     time.Duration `json:"srtt_ns"`
+	Turns    uint32        `json:"turns"`
+}

@@ -64,6 +64,13 @@ func owner(o *lattraceLtOwner) record.Owner {
 	return record.Owner{PID: o.Pid, TID: o.Tid, CgroupID: o.CgroupId, Comm: string(comm)}
 }
 
+func exchangeRole(r uint32) record.ExchangeRole {
+	if lattraceLtExchangeRole(r) == lattraceLtExchangeRoleLT_RESPONDER {
+		return record.Responder
+	}
+	return record.Requester
+}
+
 func role(r uint32) record.Role {
 	switch lattraceLtRole(r) {
 	case lattraceLtRoleLT_ROLE_CLIENT:
@@ -98,7 +105,6 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		Cookie:   x.Cookie,
 		Flow:     flow(&x.Flow),
 		Owner:    owner(&x.Owner),
-		Role:     record.Requester,
 		ConnRole: role(x.ConnRole),
 		Timeline: record.Timeline{
 			Connect: record.Mono(x.ConnectNs), Established: record.Mono(x.EstablishedNs),
@@ -137,9 +143,7 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		Partial:            has(lattraceLtExchangeFlagLT_EX_PARTIAL),
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
 	}
-	if lattraceLtExchangeRole(x.Role) == lattraceLtExchangeRoleLT_RESPONDER {
-		e.Role = record.Responder
-	}
+	e.Role = exchangeRole(x.Role)
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(x.AckRttUs)
 	}

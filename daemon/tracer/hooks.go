@@ -20,7 +20,7 @@ type hook struct {
 	hook     string
 	required bool
 	feature  string
-	attach   func(*ebpf.Program, Options) (link.Link, error)
+	attach   func(*ebpf.Program, *Tracer) (link.Link, error)
 }
 
 // HookStatus says whether one hook is live, for the log and the API.
@@ -50,14 +50,25 @@ var hooks = []hook{
 		feature: "RTO counts", attach: attachTracing},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
+	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false,
+		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachInflight},
 }
 
-func attachTracing(p *ebpf.Program, _ Options) (link.Link, error) {
+func attachTracing(p *ebpf.Program, _ *Tracer) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})
 }
 
-func attachSockops(p *ebpf.Program, o Options) (link.Link, error) {
-	return link.AttachCgroup(link.CgroupOptions{Path: o.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
+func attachSockops(p *ebpf.Program, t *Tracer) (link.Link, error) {
+	return link.AttachCgroup(link.CgroupOptions{Path: t.opts.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
+}
+
+func attachInflight(p *ebpf.Program, t *Tracer) (link.Link, error) {
+	it, err := link.AttachIter(link.IterOptions{Program: p, Map: t.maps.Maps["socks"]})
+	if err != nil {
+		return nil, err
+	}
+	t.inflight = it
+	return it, nil
 }
 
 // Cgroup2Root finds where the unified cgroup hierarchy is mounted: at

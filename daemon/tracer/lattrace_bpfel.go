@@ -135,6 +135,23 @@ type lattraceLtHeader struct {
 	TsNs uint64
 }
 
+type lattraceLtInflight struct {
+	_              structs.HostLayout
+	Cookie         uint64
+	Flow           lattraceLtFlow
+	Owner          lattraceLtOwner
+	Role           uint32
+	ConnRole       uint32
+	StartNs        uint64
+	LastActivityNs uint64
+	BytesOut       uint64
+	BytesIn        uint64
+	Cwnd           uint32
+	SrttUs         uint32
+	Turns          uint32
+	Pad            uint32
+}
+
 type lattraceLtOwner struct {
 	_        structs.HostLayout
 	Pid      uint32
@@ -225,6 +242,7 @@ const (
 	lattraceMapPaths                  = "paths"
 	lattraceMapSocks                  = "socks"
 	lattraceProgLattraceCongState     = "lattrace_cong_state"
+	lattraceProgLattraceInflight      = "lattrace_inflight"
 	lattraceProgLattraceProbe         = "lattrace_probe"
 	lattraceProgLattraceRecvLength    = "lattrace_recv_length"
 	lattraceProgLattraceRetransmit    = "lattrace_retransmit"
@@ -240,6 +258,7 @@ const (
 	lattraceVarUnusedLtExchange       = "unused_lt_exchange"
 	lattraceVarUnusedLtExchangeFlag   = "unused_lt_exchange_flag"
 	lattraceVarUnusedLtExchangeRole   = "unused_lt_exchange_role"
+	lattraceVarUnusedLtInflight       = "unused_lt_inflight"
 	lattraceVarUnusedLtRecordKind     = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole           = "unused_lt_role"
 	lattraceVarUseTxTstamp            = "use_tx_tstamp"
@@ -289,6 +308,7 @@ type lattraceSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceProgramSpecs struct {
 	LattraceCongState     *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
+	LattraceInflight      *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
 	LattraceProbe         *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
 	LattraceRecvLength    *ebpf.ProgramSpec `ebpf:"lattrace_recv_length"`
 	LattraceRetransmit    *ebpf.ProgramSpec `ebpf:"lattrace_retransmit"`
@@ -321,6 +341,7 @@ type lattraceVariableSpecs struct {
 	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
+	UnusedLtInflight     *ebpf.VariableSpec `ebpf:"unused_lt_inflight"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
 	UseTxTstamp          *ebpf.VariableSpec `ebpf:"use_tx_tstamp"`
@@ -376,6 +397,7 @@ type lattraceVariables struct {
 	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
+	UnusedLtInflight     *ebpf.Variable `ebpf:"unused_lt_inflight"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
 	UseTxTstamp          *ebpf.Variable `ebpf:"use_tx_tstamp"`
@@ -387,6 +409,7 @@ type lattraceVariables struct {
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattracePrograms struct {
 	LattraceCongState     *ebpf.Program `ebpf:"lattrace_cong_state"`
+	LattraceInflight      *ebpf.Program `ebpf:"lattrace_inflight"`
 	LattraceProbe         *ebpf.Program `ebpf:"lattrace_probe"`
 	LattraceRecvLength    *ebpf.Program `ebpf:"lattrace_recv_length"`
 	LattraceRetransmit    *ebpf.Program `ebpf:"lattrace_retransmit"`
@@ -399,6 +422,7 @@ type lattracePrograms struct {
 func (p *lattracePrograms) Close() error {
 	return _LattraceClose(
 		p.LattraceCongState,
+		p.LattraceInflight,
 		p.LattraceProbe,
 		p.LattraceRecvLength,
 		p.LattraceRetransmit,

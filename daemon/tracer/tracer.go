@@ -62,6 +62,9 @@ type Tracer struct {
 	linksMu sync.Mutex
 	hooks   []HookStatus
 	reader  *ringbuf.Reader
+	// inflight walks the socket storage for exchanges in progress; nil
+	// when the kernel refused the iterator.
+	inflight *link.Iter
 
 	decoded, decodeErrors atomic.Uint64
 }
@@ -178,7 +181,7 @@ func (t *Tracer) attach(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, h hook
 	prog := coll.DetachProgram(h.program)
 	coll.Close()
 	t.progs = append(t.progs, prog)
-	l, err := h.attach(prog, t.opts)
+	l, err := h.attach(prog, t)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package tracer
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -212,5 +213,69 @@ func testSendCounts(t *testing.T, col *collector, network string) {
 	}
 	if client.Flow.Netns == 0 || client.Flow.Netns != server.Flow.Netns {
 		t.Errorf("netns: client %d, server %d", client.Flow.Netns, server.Flow.Netns)
+	}
+}
+
+// TestInFlight: a transfer still running is visible with its owner and
+// the bytes so far, before any record of it exists.
+func TestInFlight(t *testing.T) {
+	tr, err := Open(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stop := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// A slow reader keeps the sender's exchange open.
+		buf := make([]byte, 4096)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			c.Read(buf)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer close(stop)
+	chunk := make([]byte, 64<<10)
+	for range 16 { // 1 MiB, one message
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := c.LocalAddr().String()
+	ins, err := tr.InFlight()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *record.InFlight
+	for i := range ins {
+		if ins[i].Flow.Local.String() == local {
+			found = &ins[i]
+		}
+	}
+	if found == nil {
+		t.Fatalf("the sending socket %s is not among %d in flight", local, len(ins))
+	}
+	if found.BytesOut != 16*64<<10 || found.Owner.PID != uint32(os.Getpid()) || found.Role != record.Requester ||
+		found.Start == 0 || found.Cwnd == 0 || found.ConnRole != record.RoleClient {
+		t.Errorf("in flight: %+v", *found)
 	}
 }
