@@ -124,12 +124,12 @@ func testFlows() api.FlowList {
 
 func testPeers() api.PeerList {
 	p1 := api.Peer{ID: "p0000000000a1", Rate: 12.5}
-	p1.PeerKey = aggregate.PeerKey{Netns: 1, Comm: "curl", Side: record.RoleClient, Remote: netip.MustParseAddr("10.0.0.2"), RemotePort: 8080}
+	p1.PeerKey = aggregate.PeerKey{Netns: 4026531840, Comm: "curl", Side: record.RoleClient, Remote: netip.MustParseAddr("10.0.0.2"), RemotePort: 8080}
 	p1.Connections = 4
 	p1.Metrics = metrics(20*ms, 45*ms, 3, 1.0, 500, 2*ms, 1*ms, 17*ms)
 	p1.Split = diagnose.SplitOf(&p1.Metrics)
 	p2 := api.Peer{ID: "p0000000000b2", Rate: 200}
-	p2.PeerKey = aggregate.PeerKey{Netns: 1, Comm: "nginx", Side: record.RoleServer, LocalPort: 443, Remote: netip.MustParseAddr("2001:db8::99")}
+	p2.PeerKey = aggregate.PeerKey{Netns: 4026532001, Comm: "nginx", Side: record.RoleServer, LocalPort: 443, Remote: netip.MustParseAddr("2001:db8::99")}
 	p2.Connections = 1
 	p2.Metrics = metrics(1*ms, 5*ms, 0, 2.5, 10000, 3*ms, 1*ms, 1*ms)
 	p2.Split = diagnose.SplitOf(&p2.Metrics)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -237,12 +238,38 @@ func fmtAge(d time.Duration) string {
 	return fmt.Sprintf("%.0fh", d.Hours())
 }
 
-// fmtInterval prints a refresh interval the way a person sets it.
+// fmtInterval prints a refresh interval the way a person sets it: 250ms,
+// 1s, 30s, 1m; Duration.String would say 1m0s.
 func fmtInterval(d time.Duration) string {
-	if d < time.Second {
+	switch {
+	case d < time.Second || d%time.Second != 0:
 		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
 	}
-	return d.Round(time.Millisecond).String()
+	return fmt.Sprintf("%ds", d/time.Second)
+}
+
+// count says "1 exchange", "2 exchanges".
+func count[N uint64 | uint32 | int](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// fmtByteRate prints bytes per second in decimal units, as link speeds
+// are: 0.5 MB/s, 120 kB/s.
+func fmtByteRate(r float64) string {
+	switch {
+	case r >= 1e9:
+		return fmt.Sprintf("%.1f GB/s", r/1e9)
+	case r >= 0.1e6:
+		return fmt.Sprintf("%.1f MB/s", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.0f kB/s", r/1e3)
+	}
+	return fmt.Sprintf("%.0f B/s", max(r, 0))
 }
 
 // fmtAddrPort prints an endpoint as it appears on the wire: IPv4-mapped
@@ -261,9 +288,10 @@ func fmtAddr(a netip.Addr) string {
 	return a.Unmap().String()
 }
 
-// hasTiming reports whether m has exchanges whose durations count; without
-// them its quantiles are zeros that mean "unknown", not "instant".
-func hasTiming(m *aggregate.Metrics) bool { return m.Exchanges > m.Partial }
+// hasTiming reports whether m has complete exchanges; without them its
+// quantiles are zeros that mean "unknown", not "instant", and its turns
+// those of exchanges whose start lattrace missed.
+func hasTiming(m *aggregate.Metrics) bool { return m.Duration.Count > 0 }
 
 // durOrDash prints d, or "-" when m has no timing.
 func durOrDash(m *aggregate.Metrics, d time.Duration) string {
@@ -399,12 +427,12 @@ func sparkline(vals []float64, w int) (line string, lo, hi float64, ok bool) {
 	return b.String(), lo, hi, true
 }
 
-// wrap breaks text into lines of at most w cells at spaces; a word longer
-// than a line is cut.
+// wrap breaks text into lines of at most w cells at spaces, never between
+// a number and its unit; a word longer than a line is cut.
 func wrap(text string, w int) []string {
 	var lines []string
 	cur := ""
-	for _, word := range strings.Fields(text) {
+	for _, word := range words(text) {
 		switch {
 		case cur == "":
 			cur = word
@@ -420,6 +448,25 @@ func wrap(text string, w int) []string {
 	}
 	return lines
 }
+
+// unitWord is a unit that follows a number after a space, as diagnoses
+// write them ("30 ms", "60 %", "1.5 MB/s"), trailing punctuation allowed.
+var unitWord = regexp.MustCompile(`^(ns|µs|us|ms|s|m|min|h|%|B|[kKMGT]i?B)(/s)?[,.;:)]*$`)
+
+// words splits text at spaces, keeping a number and its unit together.
+func words(text string) []string {
+	var out []string
+	for _, f := range strings.Fields(text) {
+		if n := len(out); n > 0 && unitWord.MatchString(f) && endsInDigit(out[n-1]) {
+			out[n-1] += " " + f
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func endsInDigit(s string) bool { return s != "" && s[len(s)-1] >= '0' && s[len(s)-1] <= '9' }
 
 // wrapItems lays items out on lines of at most w cells, joined by sep,
 // never breaking an item unless it alone is wider than a line.

@@ -99,17 +99,41 @@ func TestSparkline(t *testing.T) {
 	}
 }
 
-func TestLayoutFits(t *testing.T) {
-	tb := flowTable(testFlows().Flows, "p99")
-	for w := 40; w <= 250; w++ {
-		ws := tb.layout(w)
-		for i := range tb.rows {
-			if lw := width(tb.line(&tb.rows[i], ws, nil)); lw > max(w, 0) && w >= 70 {
-				t.Errorf("width %d: row %d is %d wide", w, i, lw)
+func TestFmtIntervalAndCount(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		250 * ms: "250ms", 500 * ms: "500ms", time.Second: "1s", 2 * time.Second: "2s",
+		30 * time.Second: "30s", time.Minute: "1m", 1500 * ms: "1500ms",
+	} {
+		if got := fmtInterval(d); got != want {
+			t.Errorf("fmtInterval(%v) = %q, want %q", d, got, want)
+		}
+	}
+	for _, c := range []struct{ got, want string }{
+		{count(uint64(0), "exchange"), "0 exchanges"}, {count(uint64(1), "exchange"), "1 exchange"},
+		{count(2, "timeout"), "2 timeouts"}, {count(uint64(1), "connection"), "1 connection"},
+		{fmtByteRate(0.5e6), "0.5 MB/s"}, {fmtByteRate(4.8e6), "4.8 MB/s"}, {fmtByteRate(12e3), "12 kB/s"},
+		{fmtByteRate(2.5e9), "2.5 GB/s"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestWrapKeepsNumbersWithTheirUnits(t *testing.T) {
+	text := "the peer took 30 ms of 42.5 ms, 60 % of it, at 1.5 MB/s; 3 retransmissions in 12 s."
+	for w := 8; w <= 40; w++ {
+		lines := wrap(text, w)
+		for i, l := range lines {
+			if strings.HasSuffix(l, "…") {
+				continue
+			}
+			if i+1 < len(lines) && endsInDigit(l) && unitWord.MatchString(strings.Fields(lines[i+1])[0]) {
+				t.Errorf("width %d: %q / %q splits a number from its unit", w, l, lines[i+1])
 			}
 		}
-		if hw := width(tb.header(ws)); hw > w && w >= 70 {
-			t.Errorf("width %d: header is %d wide", w, hw)
+		if got := strings.Join(lines, " "); w >= 16 && got != text {
+			t.Errorf("width %d: wrapping lost text: %q", w, got)
 		}
 	}
 }

@@ -107,35 +107,41 @@ func (m *model) listKey(k tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
-// open shows the detail of the selected row.
+// open shows the detail of the row the cursor is on, the one drawn
+// highlighted.
 func (m *model) open() tea.Cmd {
 	c, ids := m.list()
-	if len(ids) == 0 {
+	i := c.row(ids)
+	if i < 0 {
 		return nil
 	}
-	d := &detail{kind: m.view, id: ids[c.idx]}
+	d := &detail{kind: m.view, id: ids[i]}
 	if m.view == ViewPeers {
-		d.peer = m.peers[c.idx]
+		d.peer = m.peers[i]
 	} else {
-		d.flow = m.flows[c.idx]
+		d.flow = m.flows[i]
 	}
 	m.stack = append(m.stack, d)
 	return m.refresh()
 }
 
+// detailKey handles a key in a detail: q quits from here as from the
+// list (the README promises it), the keys that mean "back" go back.
 func (m *model) detailKey(d *detail, k tea.KeyMsg) tea.Cmd {
 	ids := flowIDs(d.flows)
 	if moveKey(&d.cur, ids, k.String(), m.peerFlowRows(d)) {
 		return nil
 	}
 	switch k.String() {
-	case "esc", "backspace", "q", "left", "h":
+	case "q":
+		return tea.Quit
+	case "esc", "backspace", "left", "h":
 		m.stack = m.stack[:len(m.stack)-1]
 		return m.refresh()
 	case "enter":
 		// From a peer pair into one of its flows; esc comes back.
-		if d.kind == ViewPeers && len(d.flows) > 0 {
-			m.stack = append(m.stack, &detail{kind: ViewFlows, id: ids[d.cur.idx], flow: d.flows[d.cur.idx]})
+		if i := d.cur.row(ids); d.kind == ViewPeers && i >= 0 {
+			m.stack = append(m.stack, &detail{kind: ViewFlows, id: ids[i], flow: d.flows[i]})
 			return m.refresh()
 		}
 	}

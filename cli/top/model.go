@@ -89,8 +89,9 @@ type cursor struct {
 	off int
 }
 
-// sync finds the selected id in ids after a refresh; a row that went
-// away leaves the cursor at the same position.
+// sync finds the selected id in ids whenever the list changes (a refresh,
+// a filter, a sort); a row that went away leaves the cursor at the same
+// position, on the row that took it.
 func (c *cursor) sync(ids []string) {
 	for i, id := range ids {
 		if id == c.id {
@@ -103,6 +104,24 @@ func (c *cursor) sync(ids []string) {
 	if len(ids) > 0 {
 		c.id = ids[c.idx]
 	}
+}
+
+// row is the index in ids of the selected row, -1 if there is none. It
+// goes by id first, so what is opened is what is highlighted even if
+// the list changed since the cursor last looked.
+func (c *cursor) row(ids []string) int {
+	if len(ids) == 0 {
+		return -1
+	}
+	if c.idx < len(ids) && ids[c.idx] == c.id {
+		return c.idx
+	}
+	for i, id := range ids {
+		if id == c.id {
+			return i
+		}
+	}
+	return min(max(c.idx, 0), len(ids)-1)
 }
 
 // move shifts the cursor by delta rows, stopping at either end.

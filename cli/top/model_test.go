@@ -276,19 +276,11 @@ func TestDetail(t *testing.T) {
 	if got := m.flowCur.id; got != "101" {
 		t.Errorf("back on the list the cursor is on %q, want 101", got)
 	}
-	// q in a detail goes back, it does not quit.
-	press(t, m, "enter")
-	if msg := press(t, m, "q"); msg != nil {
-		if _, ok := msg.(tea.QuitMsg); ok {
-			t.Fatal("q in a detail quit")
+	for _, back := range []string{"backspace", "left", "h"} {
+		press(t, m, "enter", back)
+		if m.top() != nil {
+			t.Fatalf("%s in a detail did not go back", back)
 		}
-	}
-	if m.top() != nil {
-		t.Fatal("q in a detail did not go back")
-	}
-	press(t, m, "enter", "backspace")
-	if m.top() != nil {
-		t.Fatal("backspace in a detail did not go back")
 	}
 }
 
@@ -324,6 +316,29 @@ func TestQuit(t *testing.T) {
 		m, _ := newTestModel(t, Options{}, 80, 24, false)
 		if _, ok := press(t, m, k).(tea.QuitMsg); !ok {
 			t.Errorf("%s did not quit", k)
+		}
+	}
+	// q quits from every detail too, as the README promises, and the
+	// footer says so.
+	for _, c := range []struct {
+		view View
+		keys []string
+	}{
+		{ViewFlows, []string{"enter"}},
+		{ViewPeers, []string{"enter"}},
+		{ViewPeers, []string{"enter", "enter"}},
+	} {
+		m, _ := newTestModel(t, Options{View: c.view}, 80, 24, false)
+		press(t, m, c.keys...)
+		if m.top() == nil {
+			t.Fatalf("%s %v opened nothing", c.view, c.keys)
+		}
+		lines := strings.Split(m.View(), "\n")
+		if foot := lines[len(lines)-1]; !strings.Contains(foot, "q quit") || !strings.Contains(foot, "esc back") {
+			t.Errorf("%s %v: footer %q", c.view, c.keys, foot)
+		}
+		if _, ok := press(t, m, "q").(tea.QuitMsg); !ok {
+			t.Errorf("%s %v: q did not quit", c.view, c.keys)
 		}
 	}
 	// ctrl+c quits from the prompt and from a detail too.
@@ -491,7 +506,7 @@ func TestInterval(t *testing.T) {
 	for range 20 {
 		press(t, m, "+")
 	}
-	if m.interval != maxInterval || !strings.Contains(m.View(), "refresh: 1m0s") {
+	if m.interval != maxInterval || !strings.Contains(m.View(), "refresh: 1m ") {
 		t.Errorf("the interval went to %s, above its bound", m.interval)
 	}
 }

@@ -22,36 +22,61 @@ func sortColumn(key string) string {
 	return key
 }
 
-// Columns both lists share, after the ones naming the row.
-func metricColumns(sortKey string) []column {
+// Columns both lists share, after the ones naming the row. None of them
+// is ever narrowed: a number is shown whole or not at all.
+func metricColumns() []column {
 	return []column{
 		{name: "rate", titles: []string{"EX/S"}, right: true},
 		{name: "p50", titles: []string{"P50"}, right: true},
 		{name: "p99", titles: []string{"P99"}, right: true},
 		{name: "retr", titles: []string{"RETR"}, right: true},
 		{name: "turns", titles: []string{"TURNS"}, right: true},
-		// The exchange count has no room at 80 columns unless it is what
-		// the rows are sorted by.
-		{name: "exch", titles: []string{"EXCH"}, right: true, optional: sortKey != "exchanges"},
+		{name: "exch", titles: []string{"EXCH"}, right: true},
 	}
 }
 
 func splitColumns() []column {
 	return []column{
 		{name: "bar", titles: []string{"SPLIT"}, bar: true, barWant: 10, grow: 30},
-		{name: "dom", titles: []string{""}},
-		{name: "diag", titles: []string{"DIAGNOSIS", "DIAG"}},
+		// The label's short form is for the screen: plain output
+		// spells the part out.
+		{name: "dom", titles: []string{""}, whole: true},
+		{name: "diag", titles: []string{"DIAGNOSIS", "DIAG"}, whole: true},
 	}
 }
 
-// metricCells are the cells of metricColumns.
+// lastResort are the stages once everything of less value is gone: the
+// least telling numbers, then the address is cut in its middle. Only an
+// address or an id far longer than usual gets there at 80 columns.
+func lastResort(addr string) []stage {
+	return []stage{hideCol("bar"), hideCol("turns"), hideCol("retr"), hideCol("rate"), cutTo(addr, 8)}
+}
+
+// withoutSortDrop keeps the column the rows are sorted by on screen: it
+// is what the person asked to see.
+func withoutSortDrop(stages []stage, sortCol string) []stage {
+	out := stages[:0]
+	for _, s := range stages {
+		if !(s.drop && s.col == sortCol) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// metricCells are the cells of metricColumns. Without a complete exchange
+// the quantiles and turns are of cut-short exchanges: not shown.
 func metricCells(m *aggregate.Metrics, rate float64) [][]string {
+	turns := "-"
+	if hasTiming(m) {
+		turns = strconv.FormatFloat(m.Turns.PerExchangeMean, 'f', 1, 64)
+	}
 	return [][]string{
 		{fmtRate(rate)},
 		{durOrDash(m, m.Duration.P50)},
 		{durOrDash(m, m.Duration.P99)},
 		{fmtCount(m.Retransmits)},
-		{strconv.FormatFloat(m.Turns.PerExchangeMean, 'f', 1, 64)},
+		{turns},
 		{fmtCount(m.Exchanges)},
 	}
 }
@@ -64,26 +89,41 @@ func diagCell(d []record.Diagnosis) []string {
 	return []string{sanitize(string(d[0].Name))}
 }
 
-// flowTable lays out flows, in the order given.
+// flowDiagCell is diagCell, or for a flow with nothing to say yet and a
+// transfer under way, how far it has got: a running upload is what a
+// person looks for after a bufferbloat finding.
+func flowDiagCell(f *api.Flow) []string {
+	if in := f.InFlight; len(f.Diagnoses) == 0 && in != nil && in.Start != 0 && in.BytesOut+in.BytesIn >= 64<<10 {
+		return []string{"moving " + fmtBytes(in.BytesOut+in.BytesIn)}
+	}
+	return diagCell(f.Diagnoses)
+}
+
+// flowTable lays out flows, in the order given. The id is never
+// narrowed: it is what `lattrace explain` takes. Below it, the address
+// gives up the local end before anything cuts the remote one.
 func flowTable(flows []api.Flow, sortKey string) *table {
 	t := &table{sortCol: sortColumn(sortKey)}
 	t.cols = append(t.cols,
-		column{name: "id", titles: []string{"ID"}},
-		column{name: "proc", titles: []string{"PROCESS", "PROC"}},
-		column{name: "addr", titles: []string{"LOCAL -> REMOTE", "REMOTE"}, middle: true},
+		column{name: "id", titles: []string{"ID"}, whole: true},
+		column{name: "proc", titles: []string{"PROCESS", "PROC"}, whole: true},
+		column{name: "addr", titles: []string{"LOCAL -> REMOTE", "LOCAL -> REMOTE", "REMOTE"}, middle: true, whole: true},
 	)
-	t.cols = append(t.cols, metricColumns(sortKey)...)
+	t.cols = append(t.cols, metricColumns()...)
 	t.cols = append(t.cols,
-		column{name: "srtt", titles: []string{"SRTT"}, right: true, optional: true},
-		column{name: "cwnd", titles: []string{"CWND"}, right: true, optional: true},
+		column{name: "srtt", titles: []string{"SRTT"}, right: true},
+		column{name: "cwnd", titles: []string{"CWND"}, right: true},
 	)
 	t.cols = append(t.cols, splitColumns()...)
-	t.stages = []stage{
-		{"diag", 12}, {"addr", 24}, {"proc", 12}, {"bar", 6}, {"dom", 0},
-		{"diag", 9}, {"addr", 15}, {"proc", 8}, {"bar", 4}, {"diag", 6},
-		{"addr", 12}, {"proc", 6}, {"id", 6}, {"bar", 2}, {"diag", 3},
-		{"addr", 8}, {"proc", 4}, {"id", 4},
-	}
+	// The exchange count has no room at 80 columns unless it is what
+	// the rows are sorted by.
+	t.stages = withoutSortDrop(append([]stage{
+		dropCol("cwnd"), dropCol("srtt"), dropCol("exch"),
+		cutTo("diag", 12), cutTo("proc", 12), shrinkTo("bar", 6), shrinkTo("addr", 24), shrinkTo("dom", 0),
+		cutTo("diag", 9), shrinkTo("addr", 0), cutTo("proc", 8), shrinkTo("bar", 5),
+		cutTo("diag", 6), cutTo("proc", 6),
+		hideCol("diag"), hideCol("dom"), hideCol("proc"),
+	}, lastResort("addr")...), t.sortCol)
 	for i := range flows {
 		t.rows = append(t.rows, flowRow(&flows[i]))
 	}
@@ -95,7 +135,7 @@ func flowRow(f *api.Flow) tableRow {
 	cells := [][]string{{sanitize(f.ID)}, processCell(f.Owner), addrCell(f.Flow)}
 	cells = append(cells, metricCells(m, f.Rate)...)
 	cells = append(cells, []string{durOrZero(m.RTT.SRTTLast)}, []string{fmtCwnd(m.Cwnd.Last)})
-	cells = append(cells, nil, dominantLabels(f.Split), diagCell(f.Diagnoses))
+	cells = append(cells, nil, dominantLabels(f.Split), flowDiagCell(f))
 	return tableRow{id: f.ID, cells: cells, split: f.Split}
 }
 
@@ -123,25 +163,28 @@ func addrCell(f record.Flow) []string {
 	}
 }
 
-// peerTable lays out peer pairs, in the order given.
+// peerTable lays out peer pairs, in the order given. Pairs that differ
+// only by their namespace tell apart by the NETNS column, which gives way
+// only below 100 columns or so.
 func peerTable(peers []api.Peer, sortKey string) *table {
 	t := &table{sortCol: sortColumn(sortKey)}
 	t.cols = append(t.cols,
-		column{name: "id", titles: []string{"ID"}},
-		column{name: "proc", titles: []string{"PROCESS", "PROC"}},
-		column{name: "remote", titles: []string{"SIDE REMOTE", "REMOTE"}, middle: true},
+		column{name: "id", titles: []string{"ID"}, whole: true},
+		column{name: "proc", titles: []string{"PROCESS", "PROC"}, whole: true},
+		column{name: "remote", titles: []string{"SIDE REMOTE", "REMOTE"}, middle: true, whole: true},
 	)
-	t.cols = append(t.cols, metricColumns(sortKey)...)
+	t.cols = append(t.cols, metricColumns()...)
 	t.cols = append(t.cols,
-		column{name: "conns", titles: []string{"CONNS"}, right: true, optional: true},
+		column{name: "netns", titles: []string{"NETNS"}, right: true},
+		column{name: "conns", titles: []string{"CONNS"}, right: true},
 	)
 	t.cols = append(t.cols, splitColumns()...)
-	t.stages = []stage{
-		{"diag", 12}, {"remote", 24}, {"proc", 10}, {"bar", 6}, {"dom", 0},
-		{"diag", 9}, {"remote", 16}, {"id", 10}, {"proc", 7}, {"bar", 4},
-		{"diag", 6}, {"remote", 13}, {"id", 8}, {"proc", 5}, {"bar", 2},
-		{"diag", 3}, {"remote", 8}, {"id", 5},
-	}
+	t.stages = withoutSortDrop(append([]stage{
+		dropCol("exch"), dropCol("conns"),
+		cutTo("diag", 12), cutTo("proc", 10), shrinkTo("bar", 6), shrinkTo("dom", 0),
+		cutTo("diag", 9), cutTo("proc", 7), shrinkTo("bar", 5), cutTo("diag", 6), cutTo("proc", 5),
+		hideCol("diag"), hideCol("dom"), dropCol("netns"), hideCol("proc"),
+	}, lastResort("remote")...), t.sortCol)
 	for i := range peers {
 		t.rows = append(t.rows, peerRow(&peers[i]))
 	}
@@ -156,23 +199,26 @@ func peerRow(p *api.Peer) tableRow {
 	}
 	cells := [][]string{{sanitize(p.ID)}, {comm}, sideRemoteCell(p.PeerKey)}
 	cells = append(cells, metricCells(m, p.Rate)...)
-	cells = append(cells, []string{fmtCount(p.Connections)})
+	cells = append(cells, []string{strconv.FormatUint(uint64(p.Netns), 10)}, []string{fmtCount(p.Connections)})
 	cells = append(cells, nil, dominantLabels(p.Split), diagCell(p.Diagnoses))
 	return tableRow{id: p.ID, cells: cells, split: p.Split}
 }
 
 // sideRemoteCell says which end the local program is: a client names the
-// service it calls, a server its own port and who calls it.
+// service it calls, a server its own port and who calls it. The side word
+// stays at every width: without it a server's caller reads as a service.
 func sideRemoteCell(k aggregate.PeerKey) []string {
 	switch k.Side {
 	case record.RoleServer:
-		s := fmt.Sprintf(":%d <- %s", k.LocalPort, fmtAddr(k.Remote))
-		return []string{"server " + s, s}
+		return []string{fmt.Sprintf("server :%d <- %s", k.LocalPort, fmtAddr(k.Remote))}
 	case record.RoleClient:
-		r := remoteEndpoint(k)
-		return []string{"client -> " + r, "-> " + r, r}
+		return []string{"client -> " + remoteEndpoint(k)}
 	}
-	return []string{fmt.Sprintf("%s %s", k.Side, remoteEndpoint(k)), remoteEndpoint(k)}
+	side := sanitize(string(k.Side))
+	if side == "" {
+		side = string(record.RoleUnknown)
+	}
+	return []string{side + " " + remoteEndpoint(k)}
 }
 
 func remoteEndpoint(k aggregate.PeerKey) string {

@@ -2,6 +2,7 @@ package top
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,12 +42,10 @@ func (m *model) detailBody(d *detail, h int) []string {
 func (m *model) flowBody(d *detail, h int) []string {
 	f := &d.flow
 	w := m.width
-	head := m.identity(flowIdentity(d), w)
-	head = append(head, metricLines(&f.Metrics, f.Rate, w)...)
-	head = append(head, m.splitLines(f.Split, f.ComponentMeans, w)...)
 	sparks := m.sparkLines(d, w)
 	tableMin := 1 + min(len(d.recent), minTableRows)
-	diags := limit(m.diagLines(&f.Metrics, f.Diagnoses, w), max(h-len(head)-len(sparks)-tableMin, minDiagLines), m.st.dim.Render("…"))
+	head, diags := m.fitDiags(m.identity(flowIdentity(d), w), metricLines(&f.Metrics, f.Rate, w),
+		m.splitLines(f.Split, f.ComponentMeans, w), m.diagLines(&f.Metrics, f.Diagnoses, w), h-len(sparks)-tableMin)
 	lines := append(append(head, diags...), sparks...)
 	return append(lines, recentLines(d, w, h-len(lines))...)
 }
@@ -56,11 +55,9 @@ func (m *model) flowBody(d *detail, h int) []string {
 func (m *model) peerSections(d *detail, h int) (head, diags []string, tableH int) {
 	p := &d.peer
 	w := m.width
-	head = m.identity(peerIdentity(p), w)
-	head = append(head, metricLines(&p.Metrics, p.Rate, w)...)
-	head = append(head, m.splitLines(p.Split, p.ComponentMeans, w)...)
 	tableMin := 1 + max(min(len(d.flows), minTableRows), 1)
-	diags = limit(m.diagLines(&p.Metrics, p.Diagnoses, w), max(h-len(head)-tableMin, minDiagLines), m.st.dim.Render("…"))
+	head, diags = m.fitDiags(m.identity(peerIdentity(p), w), metricLines(&p.Metrics, p.Rate, w),
+		m.splitLines(p.Split, p.ComponentMeans, w), m.diagLines(&p.Metrics, p.Diagnoses, w), h-tableMin)
 	return head, diags, h - len(head) - len(diags)
 }
 
@@ -69,8 +66,19 @@ func (m *model) peerFlowRows(d *detail) int {
 	if m.width < minWidth || m.height < minHeight {
 		return 1
 	}
-	_, _, tableH := m.peerSections(d, m.height-headerHeight-footerHeight)
+	_, _, tableH := m.peerSections(d, m.bodyHeight())
 	return max(tableH-1, 1)
+}
+
+// fitDiags puts the head (identity, numbers, split) over the diagnoses in
+// room lines. When the diagnoses would be cut, the numbers give up their
+// third line first: a finding matters more than the srtt.
+func (m *model) fitDiags(ident, nums, split, diags []string, room int) (head, shown []string) {
+	if len(nums) > 2 && len(ident)+len(nums)+len(split)+len(diags) > room {
+		nums = nums[:2]
+	}
+	head = slices.Concat(ident, nums, split)
+	return head, limit(diags, max(room-len(head), minDiagLines), m.st.dim.Render("…"))
 }
 
 // limit keeps at most n lines, the last of them saying some were cut.
@@ -109,6 +117,9 @@ func flowIdentity(d *detail) []string {
 	if f.PeerID != "" {
 		items = append(items, "pair "+sanitize(f.PeerID))
 	}
+	if in := f.InFlight; in != nil && in.Start != 0 {
+		items = append(items, fmt.Sprintf("in progress %s: %s out, %s in", fmtAge(d.now.Sub(in.Start)), fmtBytes(in.BytesOut), fmtBytes(in.BytesIn)))
+	}
 	if f.Close != nil {
 		closed := "closed"
 		if d.now != 0 && d.now >= f.Close.Time {
@@ -133,7 +144,7 @@ func peerIdentity(p *api.Peer) []string {
 		sideRemoteCell(p.PeerKey)[0],
 		fmt.Sprintf("netns %d", p.Netns),
 		fmt.Sprintf("cgroup %d", p.CgroupID),
-		fmt.Sprintf("%d connections", p.Connections),
+		count(p.Connections, "connection"),
 	}
 	if c := p.ConnectLatency; c.Count > 0 {
 		items = append(items, fmt.Sprintf("connect p50 %s p99 %s", fmtDur(c.P50), fmtDur(c.P99)))
@@ -141,10 +152,10 @@ func peerIdentity(p *api.Peer) []string {
 	return items
 }
 
-// metricLines are the numbers of the whole flow or pair, in two lines at
-// most.
+// metricLines are the numbers of the whole flow or pair, in three lines
+// at most, the ones that say most first: what does not fit is left out.
 func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
-	ex := fmt.Sprintf("%d exchanges", m.Exchanges)
+	ex := count(m.Exchanges, "exchange")
 	if m.Partial > 0 {
 		ex += fmt.Sprintf(" (%d partial)", m.Partial)
 	}
@@ -156,12 +167,15 @@ func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
 		"p99 " + durOrDash(m, m.Duration.P99),
 		"max " + durOrDash(m, m.Duration.Max),
 		"mean " + durOrDash(m, m.Duration.Mean),
-		fmt.Sprintf("%d retransmits", m.Retransmits),
+		count(m.Retransmits, "retransmit"),
 	}
 	if m.RTOs > 0 {
-		items = append(items, fmt.Sprintf("%d timeouts", m.RTOs))
+		items = append(items, count(m.RTOs, "timeout"))
 	}
-	items = append(items, fmt.Sprintf("%.1f turns/exchange (max %d)", m.Turns.PerExchangeMean, m.Turns.PerExchangeMax))
+	items = append(items, turnItems(&m.Turns, hasTiming(m))...)
+	if t := transferItem(m.Out, m.In); t != "" {
+		items = append(items, t)
+	}
 	if m.Cwnd.Last > 0 {
 		items = append(items, fmt.Sprintf("cwnd %d (%d..%d)", m.Cwnd.Last, m.Cwnd.Min, m.Cwnd.Max))
 	}
@@ -173,7 +187,38 @@ func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
 	}
 	items = append(items, fmt.Sprintf("out %s in %s", fmtBytes(m.Out.Bytes), fmtBytes(m.In.Bytes)))
 	lines := wrapItems(items, " · ", w)
-	return lines[:min(len(lines), 2)]
+	return lines[:min(len(lines), 3)]
+}
+
+// turnItems are the turns per exchange and, when the exchanges come in
+// bursts of more than one, per burst: what distance multiplies when an
+// application makes several calls for one of its own requests. Turns of
+// exchanges whose start was missed are cut short: not shown.
+func turnItems(t *aggregate.Turns, timed bool) []string {
+	if !timed {
+		return nil
+	}
+	items := []string{fmt.Sprintf("%.1f turns/exchange (max %d)", t.PerExchangeMean, t.PerExchangeMax)}
+	if t.Bursts > 0 && t.ExchangesPerBurstMean > 1 {
+		items = append(items, fmt.Sprintf("%.1f exchanges / %.1f turns per burst", t.ExchangesPerBurstMean, t.PerBurstMean))
+	}
+	return items
+}
+
+// transferItem is the rate of the large messages each way that had any:
+// what the path carried when asked to carry much.
+func transferItem(out, in aggregate.Direction) string {
+	var parts []string
+	if out.Transfers > 0 {
+		parts = append(parts, "out "+fmtByteRate(out.TransferRate))
+	}
+	if in.Transfers > 0 {
+		parts = append(parts, "in "+fmtByteRate(in.TransferRate))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "transfers " + strings.Join(parts, ", ")
 }
 
 // splitLines draw the split as a wide bar, then each part with the
@@ -248,10 +293,29 @@ func (m *model) diagLines(met *aggregate.Metrics, ds []record.Diagnosis, w int) 
 			}
 			lines = append(lines, "  "+l)
 		}
+		lines = append(lines, relatedLines(d.Related, w)...)
 		if d.Fix != "" {
 			for _, l := range wrap("fix: "+sanitize(d.Fix), w-2) {
 				lines = append(lines, "  "+l)
 			}
+		}
+	}
+	return lines
+}
+
+// relatedLines list what a diagnosis points at (the bulk flows behind a
+// bufferbloat), one entry a line, under a "related:" lead.
+func relatedLines(related []string, w int) []string {
+	const lead = "related: "
+	var lines []string
+	for i, r := range related {
+		indent := strings.Repeat(" ", 2+len(lead))
+		for j, l := range wrap(sanitize(r), w-len(indent)) {
+			if i == 0 && j == 0 {
+				lines = append(lines, "  "+lead+l)
+				continue
+			}
+			lines = append(lines, indent+l)
 		}
 	}
 	return lines
@@ -315,13 +379,13 @@ func recentLines(d *detail, w, h int) []string {
 		{titles: []string{"RETR"}, right: true},
 		{titles: []string{"TURNS"}, right: true},
 		{titles: []string{"CWND"}, right: true},
-		{titles: []string{"SRTT"}, right: true, optional: true},
-		{titles: []string{"ROLE"}, optional: true},
-	}}
+		{name: "srtt", titles: []string{"SRTT"}, right: true},
+		{name: "role", titles: []string{"ROLE"}},
+	}, stages: []stage{dropCol("role"), dropCol("srtt")}}
 	for i := len(d.recent) - 1; i >= 0 && len(t.rows) < h-1; i-- {
 		t.rows = append(t.rows, recentRow(&d.recent[i], d.now))
 	}
-	ws := t.layout(w)
+	ws := t.layout(w, false)
 	lines := []string{truncate(t.header(ws), w)}
 	for i := range t.rows {
 		lines = append(lines, truncate(t.line(&t.rows[i], ws, nil), w))

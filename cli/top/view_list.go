@@ -5,12 +5,9 @@ import (
 	"strings"
 )
 
-// The frame: header lines above the body, a status line and a key line
-// below it.
-const (
-	headerHeight = 2
-	footerHeight = 2
-)
+// The frame: header lines above the body (two to five, see header), a
+// status line and a key line below it.
+const footerHeight = 2
 
 // View draws exactly the terminal's height in lines, none wider than it.
 func (m *model) View() string {
@@ -21,7 +18,8 @@ func (m *model) View() string {
 		return truncate(fmt.Sprintf("terminal is %dx%d; lattrace top needs at least %dx%d",
 			m.width, m.height, minWidth, minHeight), m.width)
 	}
-	bodyH := m.height - headerHeight - footerHeight
+	head := m.header()
+	bodyH := m.height - len(head) - footerHeight
 	var body []string
 	if d := m.top(); d != nil {
 		body = m.detailBody(d, bodyH)
@@ -29,7 +27,7 @@ func (m *model) View() string {
 		body = m.listBody(bodyH)
 	}
 	lines := make([]string, 0, m.height)
-	lines = append(lines, m.header()...)
+	lines = append(lines, head...)
 	lines = append(lines, body[:min(len(body), bodyH)]...)
 	for len(lines) < m.height-footerHeight {
 		lines = append(lines, "")
@@ -41,43 +39,102 @@ func (m *model) View() string {
 	return strings.Join(lines, "\n")
 }
 
+// bodyHeight is the lines between the header and the footer.
+func (m *model) bodyHeight() int {
+	return m.height - m.headerHeight() - footerHeight
+}
+
 // listRows is how many rows of the list fit under its column titles.
-func (m *model) listRows() int {
-	return m.height - headerHeight - footerHeight - 1
+func (m *model) listRows() int { return m.bodyHeight() - 1 }
+
+// headerHeight is how many lines the header takes. It depends on the
+// rows text, which depends on how many rows fit below the header: it is
+// measured with the widest rows text the list could have, and the header
+// drawn is padded to it.
+func (m *model) headerHeight() int {
+	n := m.listLen()
+	return len(m.headerLines(fmt.Sprintf("%d-%d/%d", n, n, n)))
 }
 
 // header is the title line (with the legend of the bar) and the state
-// line: view, sort, filter, interval, rows.
+// lines: view, sort, filter, interval, rows.
 func (m *model) header() []string {
+	lines, n := m.headerLines(m.rowsText()), m.headerHeight()
+	for len(lines) < n {
+		lines = append(lines, "")
+	}
+	return lines[:n]
+}
+
+func (m *model) headerLines(rows string) []string {
+	return append([]string{m.titleLine()}, m.stateLines(rows)...)
+}
+
+// titleLine names the program and the source, with the legend of the
+// bar on the right when both fit.
+func (m *model) titleLine() string {
 	const name = "lattrace top"
-	lw := width(plainLegend())
 	left := name
 	if m.title != "" {
 		left += " · " + m.title
 	}
-	left = truncate(left, m.width-lw-2)
+	legend, lw := m.st.legend(), width(plainLegend())
+	if width(left)+2+lw > m.width {
+		// Where the data comes from matters more than the legend.
+		legend, lw = "", 0
+	}
+	left = truncate(left, m.width-lw)
 	styled := left
 	if rest, ok := strings.CutPrefix(left, name); ok {
 		styled = m.st.title.Render(name) + rest
 	}
-	first := styled + strings.Repeat(" ", max(m.width-width(left)-lw, 1)) + m.st.legend()
+	if legend == "" {
+		return styled
+	}
+	return styled + strings.Repeat(" ", max(m.width-width(left)-lw, 1)) + legend
+}
 
-	items := []string{"view: " + m.viewPath(), "sort: " + m.sort, "", "refresh: " + fmtInterval(m.interval)}
-	if r := m.rowsText(); r != "" {
-		items = append(items, "rows: "+r)
+// stateLines say what is shown and how. They give up the refresh
+// interval before anything else, then put the filter on a line (or two)
+// of its own: cut, it would not say what it keeps.
+func (m *model) stateLines(rows string) []string {
+	view, sort := "view: "+m.viewPath(), "sort: "+m.sort
+	refresh := "refresh: " + fmtInterval(m.interval)
+	if rows != "" {
+		rows = "rows: " + rows
+	}
+	filter := "filter: none"
+	if !m.filter.Empty() {
+		filter = "filter: " + sanitize(m.filter.String())
 	}
 	const sep = "  "
-	used := width(sep) * (len(items) - 1)
-	for _, it := range items {
-		used += width(it)
+	for _, items := range [][]string{
+		{view, sort, filter, refresh, rows},
+		{view, sort, filter, rows},
+	} {
+		if l := wrapItems(items, sep, m.width); len(l) == 1 {
+			return l
+		}
 	}
-	filter := "none"
-	if !m.filter.Empty() {
-		filter = sanitize(m.filter.String())
+	lines := wrapItems([]string{view, sort, refresh, rows}, sep, m.width)
+	if len(lines) > 1 {
+		lines = wrapItems([]string{view, sort, rows}, sep, m.width)
 	}
-	// The filter is the one item of unbounded length: it gives way.
-	items[2] = truncate("filter: "+filter, max(m.width-used, 9))
-	return []string{first, strings.Join(items, sep)}
+	f := wrap(filter, m.width)
+	if len(f) > 2 {
+		f[1] = truncate(strings.Join(f[1:], " "), m.width)
+		f = f[:2]
+	}
+	return append(lines, f...)
+}
+
+// listLen is how many rows the list or the open pair has.
+func (m *model) listLen() int {
+	if d := m.top(); d != nil {
+		return len(d.flows)
+	}
+	_, ids := m.list()
+	return len(ids)
 }
 
 // viewPath says what is on screen: the list, and the details opened from
@@ -142,11 +199,11 @@ func (m *model) status() string {
 func (m *model) keyLine() string {
 	var keys [][2]string
 	if d := m.top(); d != nil {
-		keys = append(keys, [2]string{"esc", "back"})
+		keys = append(keys, [2]string{"q", "quit"}, [2]string{"esc", "back"})
 		if d.kind == ViewPeers {
 			keys = append(keys, [2]string{"↑↓", "move"}, [2]string{"enter", "flow"})
 		}
-		keys = append(keys, [2]string{"+/-", "refresh"}, [2]string{"ctrl+c", "quit"})
+		keys = append(keys, [2]string{"+/-", "refresh"})
 	} else {
 		other := ViewPeers
 		if m.view == ViewPeers {
@@ -190,15 +247,20 @@ func (m *model) listBody(h int) []string {
 
 // tableLines draws t in h lines with the cursor's row in reverse video.
 func (m *model) tableLines(t *table, c *cursor, h int, empty string) []string {
-	ws := t.layout(m.width)
+	ws := t.layout(m.width, false)
 	lines := []string{m.st.colHead.Render(truncate(t.header(ws), m.width))}
 	if len(t.rows) == 0 {
 		return append(lines, empty)
 	}
 	vis := h - 1
 	off := c.offset(vis, len(t.rows))
+	ids := make([]string, len(t.rows))
+	for i := range t.rows {
+		ids[i] = t.rows[i].id
+	}
+	sel := c.row(ids)
 	for i := off; i < min(off+vis, len(t.rows)); i++ {
-		if i == c.idx {
+		if i == sel {
 			plain := truncate(t.line(&t.rows[i], ws, nil), m.width)
 			lines = append(lines, m.st.selected.Render(pad(plain, m.width, false)))
 			continue

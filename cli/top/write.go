@@ -2,6 +2,7 @@ package top
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"strings"
 
@@ -16,30 +17,37 @@ const (
 )
 
 // WriteFlows prints l's flows, in their order, as a plain table (no
-// colour, no cursor movement) at most width columns wide (at least 80):
-// a header line, then one line per flow. No column is marked sorted: the
-// caller chose the order.
+// colour, no cursor movement): a header line, then one line per flow, or
+// "(none)", and "(N more not shown)" when l.Total says a limit left some
+// out. width (at least 80) decides which optional columns show; ids,
+// addresses, process and diagnosis names are never cut, so a line may be
+// wider. No column is marked sorted: the caller chose the order.
 func WriteFlows(w io.Writer, l api.FlowList, width int) error {
-	return writePlain(w, flowTable(l.Flows, ""), width)
+	return writePlain(w, flowTable(l.Flows, ""), width, l.Total-len(l.Flows))
 }
 
 // WritePeers prints l's peer pairs like WriteFlows.
 func WritePeers(w io.Writer, l api.PeerList, width int) error {
-	return writePlain(w, peerTable(l.Peers, ""), width)
+	return writePlain(w, peerTable(l.Peers, ""), width, l.Total-len(l.Peers))
 }
 
-func writePlain(w io.Writer, t *table, total int) error {
-	total = max(total, minWidth)
-	ws := t.layout(total)
+func writePlain(w io.Writer, t *table, total, more int) error {
+	ws := t.layout(max(total, minWidth), true)
 	bw := bufio.NewWriter(w)
 	put := func(s string) {
 		// Trailing padding is noise to a script reading the lines.
-		bw.WriteString(strings.TrimRight(truncate(s, total), " "))
+		bw.WriteString(strings.TrimRight(s, " "))
 		bw.WriteByte('\n')
 	}
 	put(t.header(ws))
 	for i := range t.rows {
 		put(t.line(&t.rows[i], ws, nil))
+	}
+	if len(t.rows) == 0 {
+		put("(none)")
+	}
+	if more > 0 {
+		put(fmt.Sprintf("(%d more not shown)", more))
 	}
 	return bw.Flush()
 }
