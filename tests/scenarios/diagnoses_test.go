@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -412,13 +411,7 @@ func TestDiagnoseManyTurns(t *testing.T) {
 		t.Run(fmt.Sprintf("%d queries per request", queries), func(t *testing.T) {
 			s := newScenario(t, symmetric(2500*time.Microsecond), tracer.Options{})
 			s.server(workload.ServerConfig{})
-			var conn net.Conn
-			if err := s.lab.A.Do(func() (err error) {
-				conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			conn := s.dial()
 			id := uint64(0)
 			for range 10 {
 				for range queries {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -171,6 +172,19 @@ func (s *scenario) client(cfg workload.ClientConfig) []workload.ClientRecord {
 		s.t.Fatalf("client: %v", err)
 	}
 	return recs
+}
+
+// dial connects from A to B's server.
+func (s *scenario) dial() net.Conn {
+	s.t.Helper()
+	var conn net.Conn
+	if err := s.lab.A.Do(func() (err error) {
+		conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		return err
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+	return conn
 }
 
 // settle waits until the tracer has reported the close of every connection

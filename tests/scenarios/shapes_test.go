@@ -199,13 +199,7 @@ func TestConnectionWithoutData(t *testing.T) {
 func TestPreexistingConnection(t *testing.T) {
 	s := newLab(t, symmetric(10*time.Millisecond))
 	s.server(workload.ServerConfig{})
-	var conn net.Conn
-	if err := s.lab.A.Do(func() (err error) {
-		conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	conn := s.dial()
 	defer conn.Close()
 	exchange := func(id uint64) {
 		req := make([]byte, 100)
@@ -313,13 +307,7 @@ func TestBothEndsAgreeOnSequenceNumbers(t *testing.T) {
 func TestAdoptedMidExchange(t *testing.T) {
 	s := newLab(t, symmetric(5*time.Millisecond))
 	s.server(workload.ServerConfig{})
-	var conn net.Conn
-	if err := s.lab.A.Do(func() (err error) {
-		conn, err = net.Dial("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	conn := s.dial()
 	defer conn.Close()
 	const think = 100 * time.Millisecond
 	send := func(id uint64, think time.Duration) {
