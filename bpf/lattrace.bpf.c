@@ -775,8 +775,12 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	st->cur.w1 = now;
 	st->out_seq_end = tp->write_seq;
 	st->last_activity_ns = now;
-	if (tp->snd_cwnd < st->cur.cwnd_start && st->cur.idle_ns)
+	if (tp->snd_cwnd < st->cur.cwnd_start && st->cur.idle_ns && !(st->cur.flags & LT_EX_CWND_RESTART)) {
 		st->cur.flags |= LT_EX_CWND_RESTART;
+		/* Whose restart: cubic and reno restart, BBR keeps its window
+		 * (the fix the diagnosis offers). Read only here, it is rare. */
+		BPF_CORE_READ_STR_INTO(&st->cur.cong, (struct inet_connection_sock *)sk, icsk_ca_ops, name);
+	}
 	/* Without TX timestamps: if everything written has left TCP, the last
 	 * byte went out inside this write, just before now. */
 	if (!st->tstamp && !after(tp->write_seq, tp->snd_nxt))

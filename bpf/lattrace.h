@@ -146,6 +146,7 @@ struct lt_exchange {
 	__u32 isn_local, isn_remote;
 	__u32 out_seq, in_seq;
 	__u32 turns_exchange; /* turns since the connection's previous exchange */
+	char cong[16];        /* congestion control, read when the cwnd restarted */
 };
 
 /* What a socket is doing now, written by the iterator over the socket

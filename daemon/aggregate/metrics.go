@@ -95,6 +95,7 @@ type scalars struct {
 	cwndLast, cwndMin, cwndMax uint32
 	cwndRestarts               uint64
 	slowStartAfterIdle         bool
+	congestionControl          string
 }
 
 func (m *metrics) reset() {
@@ -206,6 +207,9 @@ func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
 	if ex.CwndRestart {
 		sc.cwndRestarts++
 	}
+	if ex.CongestionControl != "" {
+		sc.congestionControl = ex.CongestionControl
+	}
 	sc.slowStartAfterIdle = ex.SlowStartAfterIdle
 }
 
@@ -311,6 +315,8 @@ type Metrics struct {
 	// SlowStartAfterIdle is the namespace's tcp_slow_start_after_idle as
 	// of the last exchange.
 	SlowStartAfterIdle bool `json:"slow_start_after_idle"`
+	// CongestionControl is the algorithm seen at the last cwnd restart.
+	CongestionControl string `json:"congestion_control,omitempty"`
 }
 
 // ComponentSummaries has one distribution per latency component of
@@ -463,6 +469,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 			Restarts: sc.cwndRestarts,
 		},
 		SlowStartAfterIdle: sc.slowStartAfterIdle,
+		CongestionControl:  sc.congestionControl,
 	}
 	if sc.exchanges > 0 {
 		out.Turns.PerExchangeMean = float64(sc.turnsSum) / float64(sc.exchanges)

@@ -95,29 +95,54 @@ func PeerID(k aggregate.PeerKey) string {
 }
 
 // flows snapshots every flow with its rate, split and diagnoses.
-func (s *Server) flows(now record.Mono) []Flow {
-	stats := s.agg.Flows()
-	out := make([]Flow, len(stats))
-	for i := range stats {
-		out[i] = s.flow(&stats[i], stats, now)
-	}
-	return s.withInFlight(out, stats, now)
+// snapshot is what one answer is made from, read once.
+type snapshot struct {
+	now   record.Mono
+	stats []aggregate.FlowStats
+	ins   []record.InFlight
+	// movers is every flow with what it moved, the bytes of exchanges in
+	// progress included: a bufferbloat's bulk senders are often still
+	// sending.
+	movers []aggregate.FlowStats
 }
 
-// withInFlight adds each flow's exchange in progress, and the flows that
-// have one and no record yet (a transfer running since before its first
-// turn), so nothing that is moving is missing from the list.
-func (s *Server) withInFlight(flows []Flow, all []aggregate.FlowStats, now record.Mono) []Flow {
-	ins := s.inflight()
-	if len(ins) == 0 {
-		return flows
+func (s *Server) snapshot() *snapshot {
+	sn := &snapshot{now: record.Now(), stats: s.agg.Flows(), ins: s.inflight()}
+	sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
+	byCookie := make(map[uint64]int, len(sn.movers))
+	for i := range sn.movers {
+		byCookie[sn.movers[i].Cookie] = i
 	}
-	byCookie := make(map[uint64]int, len(flows))
-	for i := range flows {
-		byCookie[flows[i].Cookie] = i
+	for _, in := range sn.ins {
+		if in.Start == 0 {
+			continue
+		}
+		i, ok := byCookie[in.Cookie]
+		if !ok {
+			sn.movers = append(sn.movers, aggregate.FlowStats{FlowKey: aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie}, Owner: in.Owner})
+			i = len(sn.movers) - 1
+			sn.movers[i].FirstSeen = in.Start
+		}
+		m := &sn.movers[i]
+		m.Out.Bytes += in.BytesOut
+		m.In.Bytes += in.BytesIn
+		m.LastSeen = sn.now
 	}
-	for i := range ins {
-		in := &ins[i]
+	return sn
+}
+
+// flows is every flow with its rate, split, diagnoses and exchange in
+// progress, and the flows that have one and no record yet (a transfer
+// running since before its first turn): nothing that is moving is missing.
+func (s *Server) flows(sn *snapshot) []Flow {
+	out := make([]Flow, len(sn.stats), len(sn.stats)+len(sn.ins))
+	byCookie := make(map[uint64]int, len(sn.stats))
+	for i := range sn.stats {
+		out[i] = s.flow(&sn.stats[i], sn)
+		byCookie[sn.stats[i].Cookie] = i
+	}
+	for i := range sn.ins {
+		in := &sn.ins[i]
 		if in.Start == 0 {
 			continue // nothing in progress
 		}
@@ -128,10 +153,10 @@ func (s *Server) withInFlight(flows []Flow, all []aggregate.FlowStats, now recor
 				Owner:    in.Owner,
 				ConnRole: in.ConnRole,
 			}
-			flows = append(flows, s.flow(&st, all, now))
-			j = len(flows) - 1
+			out = append(out, s.flow(&st, sn))
+			j = len(out) - 1
 		}
-		f := &flows[j]
+		f := &out[j]
 		f.InFlight = in
 		// The owner of a socket whose records are all still to come is
 		// known from the kernel's side already.
@@ -139,13 +164,13 @@ func (s *Server) withInFlight(flows []Flow, all []aggregate.FlowStats, now recor
 			f.Owner = in.Owner
 		}
 	}
-	return flows
+	return out
 }
 
-// diagnoses diagnoses m; all is every flow, for the findings that point
-// at others (the bulk senders behind a bufferbloat). None is an empty
-// list, not null: the schema's lists are always lists.
-func diagnoses(m *aggregate.Metrics, all []aggregate.FlowStats) []record.Diagnosis {
+// diagnoses diagnoses m, naming the bulk senders behind a bufferbloat
+// among movers. None is an empty list, not null: the schema's lists are
+// always lists.
+func diagnoses(m *aggregate.Metrics, movers []aggregate.FlowStats) []record.Diagnosis {
 	ds := diagnose.Of(m)
 	if ds == nil {
 		ds = []record.Diagnosis{}
@@ -154,7 +179,7 @@ func diagnoses(m *aggregate.Metrics, all []aggregate.FlowStats) []record.Diagnos
 		if ds[i].Name != diagnose.Bufferbloat {
 			continue
 		}
-		for j, b := range diagnose.BulkSenders(m, all) {
+		for j, b := range diagnose.BulkSenders(m, movers) {
 			if j == 3 {
 				break
 			}
@@ -165,13 +190,13 @@ func diagnoses(m *aggregate.Metrics, all []aggregate.FlowStats) []record.Diagnos
 	return ds
 }
 
-func (s *Server) flow(st *aggregate.FlowStats, all []aggregate.FlowStats, now record.Mono) Flow {
+func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 	f := Flow{
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
-		Rate:      s.hist.Rate(st.Cookie, now),
+		Rate:      s.hist.Rate(st.Cookie, sn.now),
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnoses(&st.Metrics, all),
+		Diagnoses: diagnoses(&st.Metrics, sn.movers),
 	}
 	if st.Peer != (aggregate.PeerKey{}) {
 		f.PeerID = PeerID(st.Peer)
@@ -180,15 +205,29 @@ func (s *Server) flow(st *aggregate.FlowStats, all []aggregate.FlowStats, now re
 	return f
 }
 
-func (s *Server) peer(st *aggregate.PeerStats, all []aggregate.FlowStats) Peer {
+// peer makes st's answer; its rate is the sum of its flows'.
+func (s *Server) peer(st *aggregate.PeerStats, flows []Flow, sn *snapshot) Peer {
 	p := Peer{
 		ID:        PeerID(st.PeerKey),
 		PeerStats: *st,
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnoses(&st.Metrics, all),
+		Diagnoses: diagnoses(&st.Metrics, sn.movers),
+	}
+	for i := range flows {
+		if flows[i].PeerID == p.ID {
+			p.Rate += flows[i].Rate
+		}
 	}
 	p.Dominant = p.Split.Dominant()
 	return p
+}
+
+// limited cuts a sorted list to the query's limit.
+func limited[T any](list []T, limit int) []T {
+	if limit > 0 && len(list) > limit {
+		return list[:limit]
+	}
+	return list
 }
 
 func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
@@ -197,8 +236,8 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	now := record.Now()
-	all := s.flows(now)
+	sn := s.snapshot()
+	all := s.flows(sn)
 	out := all[:0]
 	for i := range all {
 		if q.Filter.MatchFlow(&all[i]) {
@@ -206,11 +245,7 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	SortFlows(out, q.Sort)
-	total := len(out)
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
-	}
-	writeJSON(w, FlowList{APIVersion: Version, Now: now, Total: total, Flows: out})
+	writeJSON(w, FlowList{APIVersion: Version, Now: sn.now, Total: len(out), Flows: limited(out, q.Limit)})
 }
 
 func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
@@ -220,29 +255,18 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("flow id %q is not a number (ids are in the id column of /%s/flows)", id, Version))
 		return
 	}
-	now := record.Now()
-	for _, f := range s.flows(now) {
+	sn := s.snapshot()
+	for _, f := range s.flows(sn) {
 		if f.Cookie == cookie {
 			recent := s.hist.Recent(cookie)
 			if recent == nil {
 				recent = []history.Sample{}
 			}
-			writeJSON(w, FlowDetail{APIVersion: Version, Now: now, Flow: f, Recent: recent})
+			writeJSON(w, FlowDetail{APIVersion: Version, Now: sn.now, Flow: f, Recent: recent})
 			return
 		}
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no flow %s: it closed, expired or was never seen", id))
-}
-
-// peerRates sums the rates of each pair's flows.
-func peerRates(flows []Flow) map[string]float64 {
-	rates := make(map[string]float64)
-	for i := range flows {
-		if flows[i].PeerID != "" {
-			rates[flows[i].PeerID] += flows[i].Rate
-		}
-	}
-	return rates
 }
 
 func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
@@ -251,43 +275,34 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	now := record.Now()
-	all := s.agg.Flows()
-	rates := peerRates(s.flows(now))
+	sn := s.snapshot()
+	flows := s.flows(sn)
 	stats := s.agg.Peers()
 	out := make([]Peer, 0, len(stats))
 	for i := range stats {
-		p := s.peer(&stats[i], all)
-		p.Rate = rates[p.ID]
-		if q.Filter.MatchPeer(&p) {
+		if p := s.peer(&stats[i], flows, sn); q.Filter.MatchPeer(&p) {
 			out = append(out, p)
 		}
 	}
 	SortPeers(out, q.Sort)
-	total := len(out)
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
-	}
-	writeJSON(w, PeerList{APIVersion: Version, Now: now, Total: total, Peers: out})
+	writeJSON(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: limited(out, q.Limit)})
 }
 
 func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	now := record.Now()
 	for _, st := range s.agg.Peers() {
 		if PeerID(st.PeerKey) != id {
 			continue
 		}
+		sn := s.snapshot()
 		flows := []Flow{}
-		for _, f := range s.flows(now) {
+		for _, f := range s.flows(sn) {
 			if f.PeerID == id {
 				flows = append(flows, f)
 			}
 		}
-		p := s.peer(&st, s.agg.Flows())
-		p.Rate = peerRates(flows)[id]
 		SortFlows(flows, DefaultSort)
-		writeJSON(w, PeerDetail{APIVersion: Version, Now: now, Peer: p, Flows: flows})
+		writeJSON(w, PeerDetail{APIVersion: Version, Now: sn.now, Peer: s.peer(&st, flows, sn), Flows: flows})
 		return
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no peer pair %s: it expired or was never seen (ids are in the id column of /%s/peers)", id, Version))

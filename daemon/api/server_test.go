@@ -370,3 +370,26 @@ func TestInFlightInTheList(t *testing.T) {
 		t.Errorf("detail of the running transfer: %s", b)
 	}
 }
+
+// The bulk sender behind a bufferbloat is often still sending: its bytes
+// so far count.
+func TestBufferbloatNamesARunningTransfer(t *testing.T) {
+	agg := aggregate.New(aggregate.Config{})
+	now := record.Now()
+	for i := range 5 {
+		e := exchange(1, "10.0.0.1:40000", "10.0.0.2:8080", "curl", now-record.Mono(time.Duration(5-i)*200*ms), 180*ms, 0)
+		e.Components.Propagation, e.Components.Queueing = 20*ms, 160*ms
+		agg.AddExchange(e)
+	}
+	ins := []record.InFlight{{Cookie: 9, Flow: record.Flow{Local: netip.MustParseAddrPort("10.0.0.1:40009"), Remote: netip.MustParseAddrPort("10.0.0.9:5201")},
+		Owner: record.Owner{PID: 77, Comm: "uploader"}, Role: record.Requester, Start: now - record.Mono(10*time.Second), BytesOut: 80 << 20}}
+	s := NewServer(agg, history.New(history.Config{}), func() Health { return Health{} }, func() []record.InFlight { return ins }, nil)
+	_, body := get(t, s.Handler(), "GET", "/v1/flows/1")
+	var d FlowDetail
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatal(err)
+	}
+	if ds := d.Flow.Diagnoses; len(ds) == 0 || len(ds[0].Related) != 1 || !strings.Contains(ds[0].Related[0], "flow 9: uploader") {
+		t.Errorf("diagnoses %+v", ds)
+	}
+}

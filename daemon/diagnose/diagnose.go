@@ -141,8 +141,8 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			}
 			add(record.Diagnosis{
 				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
-				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which the kernel restarted after idle on %s of exchanges (cwnd %d..%d segments)",
-					pct(s), pct(restarted), m.Cwnd.Min, m.Cwnd.Max),
+				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which %s restarted after idle on %s of exchanges (cwnd %d..%d segments, tcp_slow_start_after_idle=1): %.1f extra round trips each",
+					pct(s), ccName(m.CongestionControl), pct(restarted), m.Cwnd.Min, m.Cwnd.Max, rounds),
 				Evidence: []record.Evidence{
 					msEv("send_wait_cwnd_mean", windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
 					percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
@@ -359,6 +359,7 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 		Cwnd:           aggregate.Cwnd{Last: e.CwndEnd, Min: min(e.CwndStart, e.CwndEnd), Max: max(e.CwndStart, e.CwndEnd)},
 
 		SlowStartAfterIdle: e.SlowStartAfterIdle,
+		CongestionControl:  e.CongestionControl,
 	}
 	m.Duration = one(e.Duration)
 	m.Components = aggregate.ComponentSummaries{
@@ -408,6 +409,13 @@ func one(d time.Duration) aggregate.Summary {
 		s.Nonzero = 1
 	}
 	return s
+}
+
+func ccName(cc string) string {
+	if cc == "" {
+		return "the kernel"
+	}
+	return cc
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.0f %%", 100*f) }

@@ -141,6 +141,9 @@ type Exchange struct {
 	CwndRestart bool `json:"cwnd_restart"`
 	// SlowStartAfterIdle is the namespace's tcp_slow_start_after_idle.
 	SlowStartAfterIdle bool `json:"slow_start_after_idle"`
+	// CongestionControl is the socket's algorithm, read when the cwnd
+	// restarted (empty otherwise).
+	CongestionControl string `json:"congestion_control,omitempty"`
 	// TxTimestamps: X1 and A1 came from the kernel's BPF TX timestamps;
 	// otherwise they were reconstructed from snd_nxt/snd_una.
 	TxTimestamps bool `json:"tx_timestamps"`

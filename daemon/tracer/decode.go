@@ -57,11 +57,16 @@ func addr(family uint16, b [16]uint8) netip.Addr {
 }
 
 func owner(o *lattraceLtOwner) record.Owner {
-	comm := unsafe.Slice((*byte)(unsafe.Pointer(&o.Comm[0])), len(o.Comm))
-	if i := bytes.IndexByte(comm, 0); i >= 0 {
-		comm = comm[:i]
+	return record.Owner{PID: o.Pid, TID: o.Tid, CgroupID: o.CgroupId, Comm: cString(o.Comm[:])}
+}
+
+// cString reads a NUL-terminated C char array.
+func cString(c []int8) string {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), len(c))
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
 	}
-	return record.Owner{PID: o.Pid, TID: o.Tid, CgroupID: o.CgroupId, Comm: string(comm)}
+	return string(b)
 }
 
 func exchangeRole(r uint32) record.ExchangeRole {
@@ -144,6 +149,7 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
 	}
 	e.Role = exchangeRole(x.Role)
+	e.CongestionControl = cString(x.Cong[:])
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(x.AckRttUs)
 	}

@@ -96,6 +96,7 @@ type lattraceLtExchange struct {
 	OutSeq        uint32
 	InSeq         uint32
 	TurnsExchange uint32
+	Cong          [16]int8
 }
 
 type lattraceLtExchangeFlag uint32

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,6 +167,9 @@ func TestDiagnoseSlowStartAfterIdle(t *testing.T) {
 			within(t, "tcp_slow_start_after_idle", evidence(t, d, "tcp_slow_start_after_idle"), 1, 1)
 			within(t, "cwnd after the restart", evidence(t, d, "cwnd_min"), 1, 10)
 			within(t, "share of exchanges restarted", evidence(t, d, "exchanges_restarted"), 75, 100)
+			if !strings.Contains(d.Summary, "cubic restarted") {
+				t.Errorf("the summary does not name the congestion control: %s", d.Summary)
+			}
 			// Every exchange after the first, each with its idle gap: the
 			// second between starts less the previous exchange.
 			if n := v.perExchange[diagnose.SlowStartAfterIdle]; n != 4 {
