@@ -167,11 +167,10 @@ func (s *Server) flows(sn *snapshot) []Flow {
 	return out
 }
 
-// diagnoses diagnoses m, naming the bulk senders behind a bufferbloat
-// among movers. None is an empty list, not null: the schema's lists are
-// always lists.
-func diagnoses(m *aggregate.Metrics, movers []aggregate.FlowStats) []record.Diagnosis {
-	ds := diagnose.Of(m)
+// diagnoses names the bulk senders behind a bufferbloat in ds among
+// movers. None is an empty list, not null: the schema's lists are always
+// lists.
+func diagnoses(ds []record.Diagnosis, m *aggregate.Metrics, movers []aggregate.FlowStats) []record.Diagnosis {
 	if ds == nil {
 		ds = []record.Diagnosis{}
 	}
@@ -196,7 +195,7 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 		FlowStats: *st,
 		Rate:      s.hist.Rate(st.Cookie, sn.now),
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnoses(&st.Metrics, sn.movers),
+		Diagnoses: diagnoses(diagnose.Of(&st.Metrics), &st.Metrics, sn.movers),
 	}
 	if st.Peer != (aggregate.PeerKey{}) {
 		f.PeerID = PeerID(st.Peer)
@@ -211,7 +210,7 @@ func (s *Server) peer(st *aggregate.PeerStats, flows []Flow, sn *snapshot) Peer 
 		ID:        PeerID(st.PeerKey),
 		PeerStats: *st,
 		Split:     diagnose.SplitOf(&st.Metrics),
-		Diagnoses: diagnoses(&st.Metrics, sn.movers),
+		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn.movers),
 	}
 	for i := range flows {
 		if flows[i].PeerID == p.ID {

@@ -314,6 +314,28 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	return out
 }
 
+// OfPair is Of for a peer pair, which also knows its connections: a
+// connection per request that carries more than one exchange spends the
+// first ones on more handshakes (TLS's), each a round trip.
+func OfPair(p *aggregate.PeerStats) []record.Diagnosis {
+	ds := Of(&p.Metrics)
+	if p.Connections == 0 {
+		return ds
+	}
+	perConn := float64(p.Exchanges) / float64(p.Connections)
+	for i := range ds {
+		if ds[i].Name != ConnPerRequest {
+			continue
+		}
+		ds[i].Evidence = append(ds[i].Evidence, record.Evidence{Name: "exchanges_per_connection", Value: perConn})
+		if perConn >= 1.5 {
+			ds[i].Summary += fmt.Sprintf("; each connection carries %.1f exchanges, the first ones another handshake (TLS): a request waits for about %.0f round trips where a kept-alive connection needs one",
+				perConn, perConn+1)
+		}
+	}
+	return ds
+}
+
 // WhatIf estimates how much longer each exchange would take if the peer
 // were extra farther away (extra round-trip time). Every round trip waits
 // once more: one per two turns (there and back), at least one per
