@@ -86,6 +86,11 @@ const (
 	// last exchange before a close has one turn, not two).
 	manyBurstTurns     = 5
 	manyBurstExchanges = 2.5
+	// A pattern is bursts that repeat, of a bounded size: a client that
+	// sends back to back without end (a load generator's loop) makes a
+	// few huge bursts when it happens to pause, not a chatty protocol.
+	minBursts         = 3
+	maxBurstExchanges = 50
 	// asymmetric is the ratio of the two directions' transfer rates from
 	// which the difference is a finding (seed 001 saw 71 vs 2.5 Mbit/s).
 	asymmetric = 3
@@ -238,14 +243,14 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	// number and what distance does to it. It explains the propagation
 	// part (queueing is a finding of its own) of all round trips of a
 	// burst but one, which batching would save.
-	if s := share(c.Propagation); s >= minShare && (m.Turns.PerBurstMean >= manyBurstTurns && m.Turns.ExchangesPerBurstMean >= manyBurstExchanges || m.Turns.PerExchangeMean >= manyTurns) {
+	if s := share(c.Propagation); s >= minShare && (chatty(&m.Turns) || m.Turns.PerExchangeMean >= manyTurns) {
 		t := m.Turns
 		if t.ExchangesPerBurstMean > 1 {
 			s *= 1 - 1/t.ExchangesPerBurstMean
 		}
 		d := record.Diagnosis{Name: ManyTurns, Severity: record.SeverityWarning, Share: s,
 			Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
-		if t.PerBurstMean >= manyBurstTurns && t.ExchangesPerBurstMean >= manyBurstExchanges {
+		if chatty(&t) {
 			d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
 				t.ExchangesPerBurstMean, t.PerBurstMean, t.PerBurstMax, t.PerBurstMean/2)
 		} else {
@@ -312,6 +317,13 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 		return cmp.Compare(b.Severity.Rank(), a.Severity.Rank())
 	})
 	return out
+}
+
+// chatty reports whether the bursts are seed 000's pattern: repeated runs
+// of a few back-to-back exchanges, each run many turns.
+func chatty(t *aggregate.Turns) bool {
+	return t.Bursts >= minBursts && t.PerBurstMean >= manyBurstTurns &&
+		t.ExchangesPerBurstMean >= manyBurstExchanges && t.ExchangesPerBurstMean <= maxBurstExchanges
 }
 
 // OfPair is Of for a peer pair, which also knows its connections: a
@@ -401,6 +413,8 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 		switch {
 		case d.Share < exchangeMinShare && d.Name != ConnPerRequest:
 			continue
+		case time.Duration(d.Share*float64(e.Duration)) < exchangeMinPart:
+			continue
 		case d.Name == LocalRead || d.Name == LocalThink:
 			// One late read is the local scheduler's noise; a process that
 			// reads late shows on its flow and pair, where it is a finding.
@@ -423,6 +437,11 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 // is named. A handshake is the exception: on a one-exchange connection it
 // is a round trip of two, half by construction.
 const exchangeMinShare = 0.5
+
+// exchangeMinPart is the least time a cause must cost one exchange to be
+// named on it: a responder's exchange lasts a fraction of a millisecond,
+// and a 1 ms hiccup of its machine would dominate it.
+const exchangeMinPart = 5 * time.Millisecond
 
 // one is the summary of a single value.
 func one(d time.Duration) aggregate.Summary {
