@@ -493,7 +493,10 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 		st->cur.idle_ns = now - st->last_activity_ns;
 	if (tp) {
 		st->data_segs_out0 = tp->data_segs_out;
-		st->total_retrans0 = tp->total_retrans;
+		/* The first exchange of a connection seen from its start holds
+		 * the handshake, so its retransmissions (a lost SYN or SYN-ACK)
+		 * are the exchange's too. */
+		st->total_retrans0 = !st->emitted_any && !st->partial ? 0 : tp->total_retrans;
 		st->cur.cwnd_start = tp->snd_cwnd;
 		st->cur.rwnd_start = tp->snd_wnd;
 		st->out_seq_start = st->out_seq_end = tp->write_seq;

@@ -91,6 +91,10 @@ const (
 	// few huge bursts when it happens to pause, not a chatty protocol.
 	minBursts         = 3
 	maxBurstExchanges = 50
+	// minPaid is the share of exchanges that opened their connection from
+	// which the handshakes are a habit: at most four exchanges a
+	// connection.
+	minPaid = 0.25
 	// asymmetric is the ratio of the two directions' transfer rates from
 	// which the difference is a finding (seed 001 saw 71 vs 2.5 Mbit/s).
 	asymmetric = 3
@@ -229,8 +233,10 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "the sender's window, its pacing or a thin path sets the pace: lattrace on the peer shows which; large responses gain from a larger initial window there, or from being smaller",
 		})
 	}
-	if s := share(c.Handshake); s >= minShare {
-		paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1))
+	// Connections that carry few exchanges each: a long connection whose
+	// one handshake was slow (a lost SYN) is not a connection per request.
+	if paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1)); share(c.Handshake) >= minShare && paid >= minPaid {
+		s := share(c.Handshake)
 		add(record.Diagnosis{
 			Name: ConnPerRequest, Severity: sev(s), Share: s,
 			Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",

@@ -15,6 +15,10 @@ func metrics(n uint64, c record.Components) aggregate.Metrics {
 	m := aggregate.Metrics{Exchanges: n, Requester: n, ComponentMeans: c, Turns: aggregate.Turns{PerExchangeMean: 1}}
 	m.Duration.Mean = c.Sum()
 	m.Duration.Count = n
+	m.Components.Handshake = aggregate.Summary{Count: n, Mean: c.Handshake}
+	if c.Handshake > 0 {
+		m.Components.Handshake.Nonzero = n
+	}
 	return m
 }
 
@@ -155,5 +159,17 @@ func TestExchange(t *testing.T) {
 		Components: record.Components{Network: 20 * time.Microsecond, LocalRead: 80 * time.Microsecond}}
 	if ds := Exchange(loop); ds != nil {
 		t.Errorf("loopback exchange diagnosed: %+v", ds)
+	}
+}
+
+// One slow handshake on a long connection (a lost SYN) is not a
+// connection per request.
+func TestOneSlowHandshake(t *testing.T) {
+	m := metrics(60, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 17 * ms})
+	m.Components.Handshake = aggregate.Summary{Count: 60, Nonzero: 1, Mean: 17 * ms, Max: 1020 * ms}
+	for _, d := range Of(&m) {
+		if d.Name == ConnPerRequest {
+			t.Errorf("fired: %+v", d)
+		}
 	}
 }
