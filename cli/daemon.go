@@ -50,6 +50,7 @@ func newDaemon() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.String("config", "", "YAML file of settings: the flags' names with underscores as keys (docs/configuration.md); the environment (LATTRACE_<KEY>) and flags override it")
 	f.StringVar(&cfg.Output, "output", "jsonl", "where records go: jsonl or none")
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")

@@ -49,6 +49,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Commands with --config take settings from the file and the
+			// environment too, the log level among them.
+			if f := cmd.Flags().Lookup("config"); f != nil {
+				if err := applyConfig(cmd, f.Value.String()); err != nil {
+					return usageError{err}
+				}
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError{fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)}

@@ -6,11 +6,13 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -197,6 +199,15 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if d.prom != nil {
 		d.registerHealth()
+		// The probes: the daemon answers while it traces (its required
+		// hooks are attached, or New would have failed); the body is the
+		// API's health, problems included.
+		d.prom.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			h := d.health()
+			h.APIVersion = api.Version
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(h)
+		}))
 	}
 	return d, nil
 }

@@ -27,6 +27,7 @@ type Server struct {
 	reader sdkmetric.Reader
 	ln     net.Listener
 	srv    *http.Server
+	mux    *http.ServeMux
 }
 
 // Listen opens addr (host:port) and prepares the registry; Serve answers.
@@ -42,9 +43,13 @@ func Listen(addr string) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &Server{reg: reg, reader: reader, ln: ln,
+	return &Server{reg: reg, reader: reader, ln: ln, mux: mux,
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
+
+// Handle serves h at pattern beside /metrics (the orchestrator's probes
+// use the port Prometheus scrapes). Call it before Serve.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Reader is the OpenTelemetry metric reader to add to the MeterProvider.
 func (s *Server) Reader() sdkmetric.Reader { return s.reader }

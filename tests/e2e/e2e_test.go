@@ -119,6 +119,42 @@ func TestBadInputIsOneLine(t *testing.T) {
 	}
 }
 
+// A configuration file with a mistake is one line naming the file, the
+// line and the key; a good one is taken, and a flag overrides it.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("output: none\ncolour: red\n"), 0o600)
+	code, _, stderr := run(t, nil, "daemon", "--config", bad)
+	if code != 2 {
+		t.Errorf("exit %d", code)
+	}
+	oneLine(t, stderr, bad+`:2: unknown key "colour"`)
+	rng := filepath.Join(dir, "range.yaml")
+	os.WriteFile(rng, []byte("drain_interval: 1ns\n"), 0o600)
+	code, _, stderr = run(t, nil, "daemon", "--config", rng)
+	if code != 2 {
+		t.Errorf("exit %d", code)
+	}
+	oneLine(t, stderr, "drain interval 1ns outside 1ms..10s")
+
+	good := filepath.Join(dir, "good.yaml")
+	out := filepath.Join(dir, "records.jsonl")
+	os.WriteFile(good, []byte("output: none\nmetrics_addr: ''\nlog_level: warn\n"), 0o600)
+	cmd, log := startDaemonQuiet(t, "daemon", "--config", good, "--output", "jsonl", "--output-file", out)
+	loopbackSends(t, 3)
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, log.String())
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), `"type":"exchange"`) {
+		t.Errorf("--output on the command line did not override the file's none: %q", b)
+	}
+	if strings.Contains(log.String(), "level=INFO") {
+		t.Errorf("log_level: warn from the file was not applied:\n%s", log.String())
+	}
+}
+
 // TestDaemonWritesJSONLines runs the daemon, makes a loopback connection with
 // a known number of sends, stops the daemon right after the close and checks
 // the record was written before it exited: nothing in flight is lost.
@@ -284,8 +320,36 @@ func (s *syncBuffer) WriteString(v string) {
 	s.b.WriteString(v)
 }
 
+// Write makes it an io.Writer, for a process's stderr.
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.WriteString(string(p))
+	return len(p), nil
+}
+
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// startDaemonQuiet runs a daemon whose log may say nothing at start (a
+// higher log level) and waits until its API socket answers.
+func startDaemonQuiet(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	cmd := exec.Command(lattrace, append(args, "--api-socket", sock)...)
+	log := &syncBuffer{}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd, log
+		}
+	}
+	t.Fatalf("daemon's API did not answer within 10s:\n%s", log.String())
+	return nil, nil
 }

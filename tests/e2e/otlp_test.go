@@ -31,6 +31,16 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	// The same instruments on /metrics, under Prometheus names, beside the
 	// daemon's own health counters.
+	// The orchestrator's probe, on the same port.
+	hz, err := http.Get("http://" + metrics + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(hz.Body)
+	hz.Body.Close()
+	if hz.StatusCode != 200 || !strings.Contains(string(body), `"status":"ok"`) || !strings.Contains(string(body), `"hooks"`) {
+		t.Errorf("/healthz: %d %s", hz.StatusCode, body)
+	}
 	resp, err := http.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// Configuration comes from three places, the later winning: a YAML file
+// (--config), environment variables (LATTRACE_<FLAG>, e.g.
+// LATTRACE_METRICS_ADDR), and flags. The file's keys are the flags' names
+// with underscores (metrics_addr: 127.0.0.1:9464), so there is one list of
+// settings, one set of defaults and one validation: each value goes
+// through its flag's own parser. docs/configuration.md lists them.
+
+// envPrefix starts the environment variable of every setting.
+const envPrefix = "LATTRACE_"
+
+// configKey is the file key and environment suffix of a flag.
+func configKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
+
+// applyConfig sets the flags the command line did not set from the
+// environment, then from the file at path (if any). Errors name the key,
+// the file and line, or the variable.
+func applyConfig(cmd *cobra.Command, path string) error {
+	fs := cmd.Flags()
+	fromFile := map[string]*yaml.Node{}
+	if path != "" {
+		var err error
+		if fromFile, err = readConfigFile(path, fs); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "config" || f.Name == "help" {
+			return
+		}
+		key := configKey(f.Name)
+		env := envPrefix + strings.ToUpper(key)
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
+			}
+			return
+		}
+		if n, ok := fromFile[key]; ok {
+			if err := f.Value.Set(n.Value); err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %q: %v", path, n.Line, key, n.Value, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// readConfigFile reads a flat YAML mapping of keys to scalar values and
+// refuses keys that are not settings of this command.
+func readConfigFile(path string, fs *pflag.FlagSet) (map[string]*yaml.Node, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	out := map[string]*yaml.Node{}
+	if len(doc.Content) == 0 {
+		return out, nil // an empty file sets nothing
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping of settings (key: value)", path, root.Line)
+	}
+	var known []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "config" && f.Name != "help" {
+			known = append(known, configKey(f.Name))
+		}
+	})
+	slices.Sort(known)
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch {
+		case !slices.Contains(known, k.Value):
+			return nil, fmt.Errorf("%s:%d: unknown key %q (known: %s)", path, k.Line, k.Value, strings.Join(known, ", "))
+		case out[k.Value] != nil:
+			return nil, fmt.Errorf("%s:%d: key %q given twice", path, k.Line, k.Value)
+		case v.Kind != yaml.ScalarNode:
+			return nil, fmt.Errorf("%s:%d: %s: want a single value", path, v.Line, k.Value)
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
