@@ -13,7 +13,7 @@ PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdu
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol
+.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol image
 
 all: build
 
@@ -47,6 +47,13 @@ vmlinux:
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/lattrace
+
+# The container image (Dockerfile). Needs docker or podman; without one,
+# tests/e2e builds and starts the binary the image would ship.
+image:
+	@engine=$$(command -v docker || command -v podman); \
+	if [ -z "$$engine" ]; then echo "make image needs docker or podman; none is installed (the image's binary is built and started by make test)"; exit 1; fi; \
+	$$engine build --build-arg VERSION=$(VERSION) -t lattrace:$(VERSION) .
 
 # The live view: it reads a running daemon's API, or traces in-process when
 # there is none.

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestImageBinary builds the binary exactly as the Dockerfile's build
+// stage does (its RUN line, run on this host) and starts it: static, with
+// the BPF objects inside, it traces.
+func TestImageBinary(t *testing.T) {
+	df, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build .*)$`).FindSubmatch(df)
+	if m == nil {
+		t.Fatal("no `RUN CGO_ENABLED=0 go build` line in the Dockerfile")
+	}
+	out := t.TempDir()
+	line := strings.NewReplacer("${VERSION}", "image-test", "/out/", out+"/").Replace(string(m[1]))
+	build := exec.Command("sh", "-c", line)
+	build.Dir = "../.."
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, b)
+	}
+	bin := filepath.Join(out, "lattrace")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s is dynamically linked: a distroless static image cannot run it", bin)
+		}
+	}
+	f.Close()
+	v, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.Contains(string(v), "image-test") {
+		t.Errorf("version: %q %v", v, err)
+	}
+	// As the image starts it (CMD), with the chart's API socket.
+	cmd := exec.Command(bin, "daemon", "--output", "none", "--metrics-addr", "", "--api-socket", filepath.Join(t.TempDir(), "api.sock"))
+	log := &syncBuffer{}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitLog(t, log, "msg=tracing")
+	loopbackSends(t, 2)
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the image's binary: %v\n%s", err, log.String())
+	}
+}
+
+// waitLog waits until the log holds want.
+func waitLog(t *testing.T, log *syncBuffer, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(log.String(), want) {
+			return
+		}
+	}
+	t.Fatalf("%q not logged within 10s:\n%s", want, log.String())
+}
+
+// TestCapabilitiesSuffice runs the daemon as the chart does: uid 0 with
+// every capability gone but CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN. Every
+// hook attaches and it traces, so the chart asks for no more.
+func TestCapabilitiesSuffice(t *testing.T) {
+	caps := "-all,+bpf,+perfmon,+net_admin"
+	cmd := exec.Command("setpriv", "--bounding-set="+caps, "--inh-caps="+caps,
+		lattrace, "daemon", "--output", "none", "--metrics-addr", "", "--api-socket", filepath.Join(t.TempDir(), "api.sock"))
+	log := &syncBuffer{}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitLog(t, log, "msg=API")
+	if m := regexp.MustCompile(`hooks_attached=(\d+) hooks_total=(\d+)`).FindStringSubmatch(log.String()); m == nil || m[1] != m[2] {
+		t.Errorf("not every hook attached with the chart's capabilities:\n%s", log.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+}
