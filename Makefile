@@ -1,7 +1,7 @@
 # lattrace: build, run and test. Every target installs what it needs first
 # (make setup is idempotent and quick when everything is present).
 SHELL := /bin/bash
-export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
+export PATH := /usr/local/go/bin:$(HOME)/go/bin:/var/cache/lattrace/bin:$(PATH)
 
 GO      ?= go
 BIN     := bin/lattrace
@@ -13,7 +13,7 @@ PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdu
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol image
+.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol image helm manifests
 
 all: build
 
@@ -48,6 +48,19 @@ vmlinux:
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/lattrace
 
+# helm, for the chart's tests, built once from the Go module proxy (the
+# only registry here that has it) into the same cache as the Collector.
+HELM_VERSION := v3.22.0
+helm:
+	@[ -x /var/cache/lattrace/bin/helm ] && [ -e /var/cache/lattrace/bin/.helm-$(HELM_VERSION) ] || { \
+		echo "building helm $(HELM_VERSION) (once)"; \
+		mkdir -p /var/cache/lattrace/bin && GOBIN=/var/cache/lattrace/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+		touch /var/cache/lattrace/bin/.helm-$(HELM_VERSION); }
+
+# deploy/kubernetes/lattrace.yaml is the chart rendered with its defaults.
+manifests: helm
+	helm template lattrace deploy/helm/lattrace --namespace lattrace > deploy/kubernetes/lattrace.yaml
+
 # The container image (Dockerfile). Needs docker or podman; without one,
 # tests/e2e builds and starts the binary the image would ship.
 image:
@@ -71,7 +84,7 @@ otelcol:
 
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic.
-test: setup mounts check-generate lint build otelcol
+test: setup mounts check-generate lint build otelcol helm
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 clean:

@@ -91,3 +91,30 @@ func TestConfigDocumented(t *testing.T) {
 		}
 	}
 }
+
+// The chart's ConfigMap (as rendered into deploy/kubernetes) is a config
+// file the daemon takes.
+func TestConfigOfTheChart(t *testing.T) {
+	m, err := os.ReadFile("../deploy/kubernetes/lattrace.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(m), "config.yaml: |\n")
+	if !ok {
+		t.Fatal("no config.yaml in the manifest's ConfigMap")
+	}
+	var lines []string
+	for _, l := range strings.Split(block, "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		lines = append(lines, strings.TrimPrefix(l, "    "))
+	}
+	cmd := newDaemon()
+	if err := applyConfig(cmd, writeConfig(t, strings.Join(lines, "\n"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmd.Flags().Lookup("metrics-addr").Value.String(); got != "0.0.0.0:9464" {
+		t.Errorf("metrics-addr %q", got)
+	}
+}

@@ -1,0 +1,198 @@
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+const (
+	chart    = "helm/lattrace"
+	manifest = "kubernetes/lattrace.yaml"
+)
+
+// helm finds the helm binary `make helm` builds.
+func helm(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("HELM"), "/var/cache/lattrace/bin/helm"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	t.Fatal("helm not found: `make helm` builds it from the Go module proxy into /var/cache/lattrace/bin")
+	return ""
+}
+
+func run(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s%s", name, args, err, out, stderr.String())
+	}
+	return out
+}
+
+// templateArgs renders the chart as kubernetes/lattrace.yaml is made.
+var templateArgs = []string{"template", "lattrace", chart, "--namespace", "lattrace"}
+
+// render runs helm template with extra values.
+func render(t *testing.T, set ...string) []byte {
+	t.Helper()
+	args := slices.Clone(templateArgs)
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return run(t, helm(t), args...)
+}
+
+// decode splits a manifest and decodes every object strictly into the
+// API types: an unknown or misplaced field is an error. It returns the
+// objects and the kinds it could not type (CRDs' objects).
+func decode(t *testing.T, m []byte) ([]runtime.Object, []string) {
+	t.Helper()
+	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+	var objs []runtime.Object
+	var untyped []string
+	for _, doc := range bytes.Split(m, []byte("\n---")) {
+		if !bytes.Contains(doc, []byte("kind:")) {
+			continue
+		}
+		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
+			untyped = append(untyped, "ServiceMonitor") // the Prometheus Operator's CRD
+			continue
+		}
+		obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("not a valid object: %v\n%s", err, doc)
+		}
+		objs = append(objs, obj)
+	}
+	return objs, untyped
+}
+
+func TestHelmLint(t *testing.T) {
+	out := run(t, helm(t), "lint", "--strict", chart)
+	if !strings.Contains(string(out), "0 chart(s) failed") {
+		t.Errorf("helm lint:\n%s", out)
+	}
+}
+
+// TestChart checks what the chart promises, on the default values and
+// with every option on.
+func TestChart(t *testing.T) {
+	for _, set := range [][]string{nil, {"prometheus.serviceMonitor=true", "otlp.endpoint=collector.obs:4317", "memlockCapability=true"}} {
+		objs, untyped := decode(t, render(t, set...))
+		kinds := map[string]int{}
+		var ds *appsv1.DaemonSet
+		var cm *corev1.ConfigMap
+		for _, o := range objs {
+			kinds[o.GetObjectKind().GroupVersionKind().Kind]++
+			switch v := o.(type) {
+			case *appsv1.DaemonSet:
+				ds = v
+			case *corev1.ConfigMap:
+				cm = v
+			case *rbacv1.ClusterRole:
+				for _, r := range v.Rules {
+					for _, verb := range r.Verbs {
+						if !slices.Contains([]string{"get", "list", "watch"}, verb) {
+							t.Errorf("ClusterRole allows %q on %v: the daemon only reads", verb, r.Resources)
+						}
+					}
+				}
+			}
+		}
+		for _, k := range []string{"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap"} {
+			if kinds[k] != 1 {
+				t.Errorf("%v: %d %s", set, kinds[k], k)
+			}
+		}
+		if set != nil && (kinds["Service"] != 1 || !slices.Contains(untyped, "ServiceMonitor")) {
+			t.Errorf("serviceMonitor=true: Service %d, untyped %v", kinds["Service"], untyped)
+		}
+		if ds == nil || cm == nil {
+			t.Fatal("no DaemonSet or ConfigMap")
+		}
+		checkDaemonSet(t, ds, set != nil)
+		conf := cm.Data["config.yaml"]
+		if !strings.Contains(conf, `metrics_addr: "0.0.0.0:9464"`) || (set != nil) != strings.Contains(conf, `otlp_endpoint: "collector.obs:4317"`) {
+			t.Errorf("config.yaml:\n%s", conf)
+		}
+	}
+}
+
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, memlock bool) {
+	t.Helper()
+	pod := ds.Spec.Template.Spec
+	if pod.HostNetwork || pod.HostPID || pod.ServiceAccountName == "" {
+		t.Errorf("host network %v, host PID %v, service account %q", pod.HostNetwork, pod.HostPID, pod.ServiceAccountName)
+	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("tolerations %+v: want to run on every node", pod.Tolerations)
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	want := []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN"}
+	if memlock {
+		want = append(want, "SYS_RESOURCE")
+	}
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, want) {
+		t.Errorf("security context %+v, capabilities %+v: want not privileged, read-only root, drop ALL, add %v", sc, sc.Capabilities, want)
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("probe %+v: want /healthz on the metrics port", p)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	if !slices.Equal(c.Args, []string{"daemon", "--config", "/etc/lattrace/config.yaml"}) {
+		t.Errorf("args %v", c.Args)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/bpf", "/run/lattrace", "/etc/lattrace"} {
+		if _, ok := mounts[p]; !ok {
+			t.Errorf("no mount at %s", p)
+		}
+	}
+	if ann := ds.Spec.Template.Annotations; ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != "9464" {
+		t.Errorf("scrape annotations %v", ann)
+	}
+}
+
+// TestManifestMatchesChart: kubernetes/lattrace.yaml is the chart rendered
+// with its defaults (make manifests), for those who apply plain YAML.
+func TestManifestMatchesChart(t *testing.T) {
+	got, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := render(t); !bytes.Equal(got, want) {
+		t.Errorf("%s is stale: run `make manifests` and commit it", manifest)
+	}
+	decode(t, got)
+}
