@@ -104,8 +104,15 @@ func flowExplanation(d *api.FlowDetail) explanation {
 	if f.ConnRole == record.RoleUnknown || role == "" {
 		role = "opened before lattrace started"
 	}
+	if k := f.Owner.K8s; k != nil {
+		who += ", " + k8sText(k)
+	}
+	remote := f.Flow.Remote.String()
+	if k := f.PeerK8s; k != nil {
+		remote += " (" + k8sText(k) + ")"
+	}
 	e := explanation{
-		title:     fmt.Sprintf("Flow %s: %s, %s -> %s, %s", f.ID, who, f.Flow.Local, f.Flow.Remote, role),
+		title:     fmt.Sprintf("Flow %s: %s, %s -> %s, %s", f.ID, who, f.Flow.Local, remote, role),
 		m:         &f.Metrics,
 		split:     f.Split,
 		diagnoses: f.Diagnoses,
@@ -115,6 +122,21 @@ func flowExplanation(d *api.FlowDetail) explanation {
 			article(string(in.Role)), diagnose.Dur(d.Now.Sub(in.Start)), bytesText(in.BytesOut), bytesText(in.BytesIn), in.Cwnd, diagnose.Dur(in.SRTT))
 	}
 	return e
+}
+
+// k8sText names a pod or Service the way kubectl does.
+func k8sText(k *record.K8s) string {
+	var parts []string
+	if k.Pod != "" {
+		parts = append(parts, "pod "+k.Namespace+"/"+k.Pod)
+	}
+	if k.Workload != "" {
+		parts = append(parts, strings.ToLower(k.WorkloadKind)+" "+k.Workload)
+	}
+	if k.Service != "" {
+		parts = append(parts, "service "+k.Namespace+"/"+k.Service)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func article(role string) string {

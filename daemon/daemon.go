@@ -23,6 +23,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/containers"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
+	"github.com/lattrace/lattrace/daemon/kube"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
@@ -89,8 +90,10 @@ type Daemon struct {
 	api    *api.Server
 	apiLs  []net.Listener
 	start  time.Time
-	// containers names each owner's container before any sink sees it.
+	// containers names each owner's container before any sink sees it,
+	// and kube (in a cluster) its pod and the peer's.
 	containers *containers.Resolver
+	kube       *kube.Resolver
 	sinks      fanout
 	closeOut   func()
 }
@@ -169,6 +172,12 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			prev()
 		}
 	}
+	// In a pod, names from the API server; elsewhere, none and no noise.
+	if kube.InCluster() {
+		if err := d.startKube(); err != nil {
+			log.Warn("Kubernetes names are off; container ids still come from cgroups", "err", err)
+		}
+	}
 	cfg.Tracer.Logger = log
 	tr, err := tracer.Open(cfg.Tracer)
 	if err != nil {
@@ -238,6 +247,24 @@ func (d *Daemon) registerHealth() {
 		j := d.jsonl
 		p.Counter("lattrace_jsonl_dropped_total", "records not written to the JSON lines output", func() float64 { return float64(j.Dropped()) })
 	}
+}
+
+// startKube watches the cluster's pods and services for the names of both
+// ends of a flow.
+func (d *Daemon) startKube() error {
+	r, err := kube.NewInCluster(d.log)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.Start(ctx, 30*time.Second); err != nil {
+		cancel()
+		return err
+	}
+	d.kube = r
+	prev := d.closeOut
+	d.closeOut = func() { cancel(); prev() }
+	return nil
 }
 
 // health is the API's view of the daemon: hooks, counters, and whether
@@ -319,7 +346,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	runErr := d.tracer.Run(ctx, enrichSink{d.sinks, d.containers})
+	runErr := d.tracer.Run(ctx, enrichSink{d.sinks, d.containers, d.kube})
 	c, err := d.tracer.Counters()
 	if err != nil {
 		d.log.Warn("reading counters", "err", err)
@@ -401,24 +428,34 @@ func (f fanout) Flush() {
 }
 
 // enrichSink adds what the kernel does not know before any output sees a
-// record: the owner's container and the exchange's diagnoses.
+// record: the owner's container (and pod), the peer's pod or Service, and
+// the exchange's diagnoses.
 type enrichSink struct {
 	fanout
 	containers *containers.Resolver // nil without cgroup v2
+	kube       *kube.Resolver       // nil outside a cluster
+}
+
+func (s enrichSink) owner(o *record.Owner) {
+	if s.containers != nil {
+		o.ContainerID = s.containers.ContainerID(o.CgroupID)
+	}
+	if s.kube != nil {
+		o.K8s, _ = s.kube.ByContainer(o.ContainerID)
+	}
 }
 
 func (s enrichSink) Exchange(e *record.Exchange) {
-	if s.containers != nil {
-		e.Owner.ContainerID = s.containers.ContainerID(e.Owner.CgroupID)
+	s.owner(&e.Owner)
+	if s.kube != nil {
+		e.Peer, _ = s.kube.ByIP(e.Flow.Remote.Addr())
 	}
 	e.Diagnoses = diagnose.Exchange(e)
 	s.fanout.Exchange(e)
 }
 
 func (s enrichSink) ConnClose(r record.ConnClose) {
-	if s.containers != nil {
-		r.Owner.ContainerID = s.containers.ContainerID(r.Owner.CgroupID)
-	}
+	s.owner(&r.Owner)
 	s.fanout.ConnClose(r)
 }
 

@@ -111,6 +111,8 @@ type FlowStats struct {
 	// Close is the ConnClose, once the connection ended; the flow stays
 	// until CloseGrace after it.
 	Close *record.ConnClose `json:"close,omitempty"`
+	// PeerK8s names the remote end in a cluster, as of the last exchange.
+	PeerK8s *record.K8s `json:"peer_k8s,omitempty"`
 	Metrics
 }
 
@@ -141,6 +143,7 @@ type flowEntry struct {
 	handshakeRTT   time.Duration
 	closed         bool
 	close          record.ConnClose
+	peerK8s        *record.K8s
 	m              metrics
 	// burst is the connection's run of exchanges in progress.
 	burst burst
@@ -260,6 +263,9 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	}
 	if hasOwner {
 		f.owner = ex.Owner
+	}
+	if ex.Peer != nil {
+		f.peerK8s = ex.Peer
 	}
 	// An idle gap ends the connection's burst: count it where it belongs.
 	var done burst
@@ -446,7 +452,7 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	f.gen++
 	f.owner, f.connRole, f.peerKey = record.Owner{}, "", PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
-	f.closed, f.close, f.burst = false, record.ConnClose{}, burst{}
+	f.closed, f.close, f.burst, f.peerK8s = false, record.ConnClose{}, burst{}, nil
 	f.m.reset()
 	f.mu.Unlock()
 	f.peer, f.lastUpdate, f.closedAt = nil, 0, 0
@@ -561,6 +567,7 @@ func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
 		Opened:         f.opened,
 		ConnectLatency: f.connectLatency,
 		HandshakeRTT:   f.handshakeRTT,
+		PeerK8s:        f.peerK8s,
 		Metrics:        f.m.snapshot(c),
 	}
 	if s.ConnRole == "" {

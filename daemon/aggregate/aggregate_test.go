@@ -544,3 +544,15 @@ func TestBursts(t *testing.T) {
 		t.Errorf("after the close: flow %+v, pair %+v", f.Turns, p.Turns)
 	}
 }
+
+// The remote end's Kubernetes names stay with the flow.
+func TestPeerK8sKept(t *testing.T) {
+	a := New(Config{})
+	e := exch("10.0.0.1:40000", "10.1.0.5:8080", 1, owner("curl", 7, 1), record.RoleClient, at(1), 10*ms)
+	e.Peer = &record.K8s{Namespace: "shop", Pod: "cart-1", Service: "cart"}
+	a.AddExchange(e)
+	a.AddExchange(exch("10.0.0.1:40000", "10.1.0.5:8080", 1, owner("curl", 7, 1), record.RoleClient, at(2), 10*ms))
+	if f, _ := a.Flow(flowKey(e)); f.PeerK8s == nil || f.PeerK8s.Service != "cart" {
+		t.Errorf("peer names %+v", f.PeerK8s)
+	}
+}

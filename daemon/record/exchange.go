@@ -153,6 +153,10 @@ type Exchange struct {
 	// the first exchange seen, so its beginning may be missing.
 	Partial bool `json:"partial,omitempty"`
 
+	// Peer names the remote end in a cluster: the pod or Service behind
+	// the remote address (filled in by the daemon).
+	Peer *K8s `json:"peer_k8s,omitempty"`
+
 	// Diagnoses say what made this exchange slow, largest share first
 	// (filled in by the daemon; see daemon/diagnose).
 	Diagnoses []Diagnosis `json:"diagnoses,omitempty"`

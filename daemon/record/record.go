@@ -34,6 +34,8 @@ type Owner struct {
 	// ContainerID is the container the process runs in, when it runs in
 	// one (from the cgroup's name); filled in by the daemon.
 	ContainerID string `json:"container_id,omitempty"`
+	// K8s names the container's pod, in a cluster (filled in by the daemon).
+	K8s *K8s `json:"k8s,omitempty"`
 }
 
 // Role says which end of the connection is local.
@@ -87,4 +89,21 @@ func Now() Mono {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
 	return Mono(ts.Nano())
+}
+
+// K8s names one end of a flow with Kubernetes objects: the pod (and the
+// container in it, for the local end) and what runs it, or the Service an
+// address fronts.
+type K8s struct {
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	// WorkloadKind is Deployment, StatefulSet, DaemonSet, Job, ReplicaSet
+	// or ReplicationController: the pod's controller, a ReplicaSet's own
+	// Deployment when it has one.
+	WorkloadKind string `json:"workload_kind,omitempty"`
+	Workload     string `json:"workload,omitempty"`
+	// Service is a Service whose endpoints or cluster IP the address is.
+	Service string `json:"service,omitempty"`
+	Node    string `json:"node,omitempty"`
 }

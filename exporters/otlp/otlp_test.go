@@ -113,6 +113,8 @@ func TestSpansBothEnds(t *testing.T) {
 	c := otelcol.Start(t)
 	x := newExporter(t, c, otlp.Config{})
 	req, resp := requester(1000, 2000000, 1001), responder(1000, 2000000, 1001)
+	req.Owner.K8s = &record.K8s{Namespace: "shop", Pod: "front-1", Container: "web", WorkloadKind: "Deployment", Workload: "front"}
+	req.Peer = &record.K8s{Namespace: "shop", Pod: "cart-2", WorkloadKind: "StatefulSet", Workload: "cart", Service: "cart"}
 	req.Diagnoses = []record.Diagnosis{{Name: "loss", Severity: record.SeverityWarning, Share: 0.25,
 		Summary: "25 % of the latency is recovering lost segments", Fix: "look for drops"}}
 	x.Exchange(req)
@@ -144,6 +146,18 @@ func TestSpansBothEnds(t *testing.T) {
 	}
 	if rs.TraceID != rq.TraceID || rs.ParentSpanID != rq.SpanID {
 		t.Errorf("responder trace %s parent %s, want %s / %s", rs.TraceID, rs.ParentSpanID, rq.TraceID, rq.SpanID)
+	}
+	// Kubernetes names of both ends, as the semantic conventions spell them.
+	for k, v := range map[string]string{
+		"k8s.namespace.name": "shop", "k8s.pod.name": "front-1", "k8s.container.name": "web", "k8s.deployment.name": "front",
+		"lattrace.peer.k8s.pod.name": "cart-2", "lattrace.peer.k8s.statefulset.name": "cart", "lattrace.peer.k8s.service.name": "cart", "peer.service": "cart",
+	} {
+		if rq.Attributes[k] != v {
+			t.Errorf("%s = %v, want %q", k, rq.Attributes[k], v)
+		}
+	}
+	if _, ok := rs.Attributes["k8s.pod.name"]; ok {
+		t.Errorf("k8s names on a span whose ends have none: %v", rs.Attributes)
 	}
 	// The diagnosis: a list attribute to search by, an event with its words.
 	if d, _ := rq.Attributes["lattrace.diagnoses"].([]any); len(d) != 1 || d[0] != "loss" {

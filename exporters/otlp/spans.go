@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,6 +207,11 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 	if e.Owner.ContainerID != "" {
 		kv = append(kv, attribute.String("container.id", e.Owner.ContainerID))
 	}
+	kv = k8sAttrs(kv, "", e.Owner.K8s)
+	kv = k8sAttrs(kv, "lattrace.peer.", e.Peer)
+	if p := e.Peer; p != nil && p.Service != "" {
+		kv = append(kv, attribute.String("peer.service", p.Service))
+	}
 	if len(e.Diagnoses) > 0 {
 		names := make([]string, len(e.Diagnoses))
 		for i, d := range e.Diagnoses {
@@ -213,6 +219,27 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		}
 		kv = append(kv, attribute.StringSlice("lattrace.diagnoses", names))
 	}
+	return kv
+}
+
+// k8sAttrs adds the semantic-convention names of a pod (k8s.pod.name,
+// k8s.deployment.name, ...), under prefix for the peer's.
+func k8sAttrs(kv []attribute.KeyValue, prefix string, n *record.K8s) []attribute.KeyValue {
+	if n == nil {
+		return kv
+	}
+	add := func(k, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(prefix+k, v))
+		}
+	}
+	add("k8s.namespace.name", n.Namespace)
+	add("k8s.pod.name", n.Pod)
+	add("k8s.container.name", n.Container)
+	if n.WorkloadKind != "" {
+		add("k8s."+strings.ToLower(n.WorkloadKind)+".name", n.Workload)
+	}
+	add("k8s.service.name", n.Service)
 	return kv
 }
 

@@ -1,0 +1,353 @@
+// Package kube names both ends of a flow with Kubernetes objects: the local
+// end from its container id (the owner's cgroup) to its pod, container and
+// workload; the remote end from its address to a pod, or to the Service
+// whose cluster IP or endpoints it is. It watches the API server through
+// client-go informers (a watch, not a poll) and answers from memory, so a
+// lookup costs a map read on the hot path.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// InCluster reports whether the process runs in a pod (the service
+// account's environment is there). Outside, enrichment is off and nothing
+// complains.
+func InCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
+
+// NewInCluster connects with the pod's service account.
+func NewInCluster(log *slog.Logger) (*Resolver, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	cfg.UserAgent = "lattrace"
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	return New(c, log), nil
+}
+
+// Resolver holds the indexes the informers keep current.
+type Resolver struct {
+	factory informers.SharedInformerFactory
+	log     *slog.Logger
+
+	mu         sync.RWMutex
+	containers map[string]containerRef // container id (no runtime prefix) -> pod
+	podIPs     map[netip.Addr]string   // pod IP -> pod key
+	pods       map[string]*podInfo     // namespace/name -> pod
+	serviceIPs map[netip.Addr]svcRef   // cluster IP -> Service
+	endpoints  map[netip.Addr]svcRef   // endpoint address -> Service
+	sliceAddrs map[string][]netip.Addr // EndpointSlice key -> its addresses
+	rsOwner    map[string]record.K8s   // namespace/replicaset -> Deployment
+}
+
+type containerRef struct{ pod, name string }
+
+type svcRef struct{ namespace, name string }
+
+type podInfo struct {
+	names record.K8s // without container
+	owner metav1.OwnerReference
+}
+
+// New watches through client; Start begins.
+func New(client kubernetes.Interface, log *slog.Logger) *Resolver {
+	return &Resolver{
+		factory:    informers.NewSharedInformerFactory(client, 0),
+		log:        log,
+		containers: map[string]containerRef{},
+		podIPs:     map[netip.Addr]string{},
+		pods:       map[string]*podInfo{},
+		serviceIPs: map[netip.Addr]svcRef{},
+		endpoints:  map[netip.Addr]svcRef{},
+		sliceAddrs: map[string][]netip.Addr{},
+		rsOwner:    map[string]record.K8s{},
+	}
+}
+
+// Start runs the informers until ctx ends and waits for their first list
+// (at most timeout): names are right from the first record.
+func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
+	// Each handler's registration says when it has seen the first list:
+	// the informers' caches alone can be synced before the handlers that
+	// build the indexes ran.
+	var synced []cache.InformerSynced
+	handle := func(inf cache.SharedIndexInformer, set func(obj any), del func(obj any)) error {
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    set,
+			UpdateFunc: func(_, obj any) { set(obj) },
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				del(obj)
+			},
+		})
+		if err == nil {
+			synced = append(synced, reg.HasSynced)
+		}
+		return err
+	}
+	for _, err := range []error{
+		handle(r.factory.Core().V1().Pods().Informer(), r.setPod, r.deletePod),
+		handle(r.factory.Core().V1().Services().Informer(), r.setService, r.deleteService),
+		handle(r.factory.Apps().V1().ReplicaSets().Informer(), r.setReplicaSet, r.deleteReplicaSet),
+		handle(r.factory.Discovery().V1().EndpointSlices().Informer(), r.setSlice, r.deleteSlice),
+	} {
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	r.factory.Start(ctx.Done())
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), synced...) {
+		return fmt.Errorf("kubernetes: pods, services, replicasets and endpointslices not all listed within %v (is the service account allowed to list them?)", timeout)
+	}
+	return nil
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// trimRuntime strips "containerd://", "cri-o://", "docker://".
+func trimRuntime(id string) string {
+	if _, after, ok := strings.Cut(id, "://"); ok {
+		return after
+	}
+	return id
+}
+
+func (r *Resolver) setPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	k := key(p.Namespace, p.Name)
+	info := &podInfo{names: record.K8s{Namespace: p.Namespace, Pod: p.Name, Node: p.Spec.NodeName}}
+	if c := metav1.GetControllerOf(p); c != nil {
+		info.owner = *c
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removePodLocked(k)
+	r.pods[k] = info
+	for _, st := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, c := range st {
+			if c.ContainerID != "" {
+				r.containers[trimRuntime(c.ContainerID)] = containerRef{pod: k, name: c.Name}
+			}
+		}
+	}
+	// A host-network pod's address is the node's: it names nobody.
+	if !p.Spec.HostNetwork {
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				r.podIPs[a] = k
+			}
+		}
+	}
+}
+
+func (r *Resolver) deletePod(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		r.mu.Lock()
+		r.removePodLocked(key(p.Namespace, p.Name))
+		r.mu.Unlock()
+	}
+}
+
+func (r *Resolver) removePodLocked(k string) {
+	if _, ok := r.pods[k]; !ok {
+		return
+	}
+	delete(r.pods, k)
+	for id, c := range r.containers {
+		if c.pod == k {
+			delete(r.containers, id)
+		}
+	}
+	for ip, pk := range r.podIPs {
+		if pk == k {
+			delete(r.podIPs, ip)
+		}
+	}
+}
+
+func (r *Resolver) setService(obj any) {
+	s, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeServiceLocked(s.Namespace, s.Name)
+	for _, ip := range s.Spec.ClusterIPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			r.serviceIPs[a] = svcRef{s.Namespace, s.Name}
+		}
+	}
+}
+
+func (r *Resolver) deleteService(obj any) {
+	if s, ok := obj.(*corev1.Service); ok {
+		r.mu.Lock()
+		r.removeServiceLocked(s.Namespace, s.Name)
+		r.mu.Unlock()
+	}
+}
+
+func (r *Resolver) removeServiceLocked(ns, name string) {
+	for ip, s := range r.serviceIPs {
+		if s == (svcRef{ns, name}) {
+			delete(r.serviceIPs, ip)
+		}
+	}
+}
+
+func (r *Resolver) setReplicaSet(obj any) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := metav1.GetControllerOf(rs); c != nil {
+		r.rsOwner[key(rs.Namespace, rs.Name)] = record.K8s{WorkloadKind: c.Kind, Workload: c.Name}
+	} else {
+		delete(r.rsOwner, key(rs.Namespace, rs.Name))
+	}
+}
+
+func (r *Resolver) deleteReplicaSet(obj any) {
+	if rs, ok := obj.(*appsv1.ReplicaSet); ok {
+		r.mu.Lock()
+		delete(r.rsOwner, key(rs.Namespace, rs.Name))
+		r.mu.Unlock()
+	}
+}
+
+func (r *Resolver) setSlice(obj any) {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	svc := es.Labels[discoveryv1.LabelServiceName]
+	k := key(es.Namespace, es.Name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeSliceLocked(k)
+	if svc == "" {
+		return
+	}
+	var addrs []netip.Addr
+	for _, ep := range es.Endpoints {
+		for _, a := range ep.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				r.endpoints[ip] = svcRef{es.Namespace, svc}
+				addrs = append(addrs, ip)
+			}
+		}
+	}
+	r.sliceAddrs[k] = addrs
+}
+
+func (r *Resolver) deleteSlice(obj any) {
+	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		r.mu.Lock()
+		r.removeSliceLocked(key(es.Namespace, es.Name))
+		r.mu.Unlock()
+	}
+}
+
+func (r *Resolver) removeSliceLocked(k string) {
+	for _, ip := range r.sliceAddrs[k] {
+		delete(r.endpoints, ip)
+	}
+	delete(r.sliceAddrs, k)
+}
+
+// workloadLocked names what runs a pod: its controller, or a
+// ReplicaSet's Deployment.
+func (r *Resolver) workloadLocked(p *podInfo) (kind, name string) {
+	o := p.owner
+	if o.Kind == "ReplicaSet" {
+		if d, ok := r.rsOwner[key(p.names.Namespace, o.Name)]; ok {
+			return d.WorkloadKind, d.Workload
+		}
+	}
+	return o.Kind, o.Name
+}
+
+// namesLocked is a pod's names with its workload and, when its address
+// is a Service's endpoint, the Service.
+func (r *Resolver) namesLocked(k string, ip netip.Addr) (record.K8s, bool) {
+	p, ok := r.pods[k]
+	if !ok {
+		return record.K8s{}, false
+	}
+	n := p.names
+	n.WorkloadKind, n.Workload = r.workloadLocked(p)
+	if ip.IsValid() {
+		if s, ok := r.endpoints[ip]; ok && s.namespace == n.Namespace {
+			n.Service = s.name
+		}
+	}
+	return n, true
+}
+
+// ByContainer names the pod and container a container id belongs to.
+func (r *Resolver) ByContainer(id string) (*record.K8s, bool) {
+	if id == "" {
+		return nil, false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return nil, false
+	}
+	n, ok := r.namesLocked(c.pod, netip.Addr{})
+	if !ok {
+		return nil, false
+	}
+	n.Container = c.name
+	return &n, true
+}
+
+// ByIP names the remote end: a pod by its IP (with the Service it is an
+// endpoint of), or a Service by its cluster IP.
+func (r *Resolver) ByIP(ip netip.Addr) (*record.K8s, bool) {
+	ip = ip.Unmap()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if k, ok := r.podIPs[ip]; ok {
+		if n, ok := r.namesLocked(k, ip); ok {
+			return &n, true
+		}
+	}
+	if s, ok := r.serviceIPs[ip]; ok {
+		return &record.K8s{Namespace: s.namespace, Service: s.name}, true
+	}
+	return nil, false
+}
