@@ -59,7 +59,7 @@ helm:
 
 # deploy/kubernetes/lattrace.yaml is the chart rendered with its defaults.
 manifests: helm
-	helm template lattrace deploy/helm/lattrace --namespace lattrace > deploy/kubernetes/lattrace.yaml
+	helm template lattrace deploy/helm/lattrace --namespace lattrace --set createNamespace=true > deploy/kubernetes/lattrace.yaml
 
 # The container image (Dockerfile). Needs docker or podman; without one,
 # tests/e2e builds and starts the binary the image would ship.

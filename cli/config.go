@@ -51,12 +51,24 @@ func applyConfig(cmd *cobra.Command, path string) error {
 			return
 		}
 		if n, ok := fromFile[key]; ok {
+			if n.Tag == "!!null" {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: no value (leave the key out for the default)", path, n.Line, key))
+				return
+			}
 			if err := f.Value.Set(n.Value); err != nil {
 				errs = append(errs, fmt.Errorf("%s:%d: %s: %q: %v", path, n.Line, key, n.Value, err))
 			}
 		}
 	})
-	return errors.Join(errs...)
+	// One line, as every error lattrace prints.
+	if len(errs) > 0 {
+		var msgs []string
+		for _, e := range errs {
+			msgs = append(msgs, e.Error())
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // readConfigFile reads a flat YAML mapping of keys to scalar values and

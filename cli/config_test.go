@@ -48,6 +48,8 @@ func TestConfigErrors(t *testing.T) {
 		{"output: none\noutput: jsonl\n", "", `:2: key "output" given twice`},
 		{"otlp_insecure: [true]\n", "", `:1: otlp_insecure: want a single value`},
 		{"- output\n", "", `:1: want a mapping`},
+		{"output:\n", "", `:1: output: no value`},
+		{"span_rate: lots\ndrain_interval: soon\n", "", `; `},
 		{"", "LATTRACE_SPAN_RATE=lots", `LATTRACE_SPAN_RATE="lots"`},
 	} {
 		path := writeConfig(t, c.body)

@@ -50,7 +50,7 @@ func run(t *testing.T, name string, args ...string) []byte {
 	return out
 }
 
-// templateArgs renders the chart as kubernetes/lattrace.yaml is made.
+// templateArgs renders the chart as helm install does.
 var templateArgs = []string{"template", "lattrace", chart, "--namespace", "lattrace"}
 
 // render runs helm template with extra values.
@@ -174,7 +174,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, memlock bool) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
-	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/bpf", "/run/lattrace", "/etc/lattrace"} {
+	for _, p := range []string{"/sys/fs/cgroup", "/run/lattrace", "/etc/lattrace"} {
 		if _, ok := mounts[p]; !ok {
 			t.Errorf("no mount at %s", p)
 		}
@@ -191,8 +191,35 @@ func TestManifestMatchesChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := render(t); !bytes.Equal(got, want) {
+	if want := render(t, "createNamespace=true"); !bytes.Equal(got, want) {
 		t.Errorf("%s is stale: run `make manifests` and commit it", manifest)
 	}
-	decode(t, got)
+	objs, _ := decode(t, got)
+	if objs[0].GetObjectKind().GroupVersionKind().Kind != "Namespace" {
+		t.Errorf("the manifest does not create its namespace first: kubectl apply would fail")
+	}
+}
+
+// One port for /metrics, the probes and the scrape: changing it moves all
+// of them, and setting the daemon's metrics_addr behind the chart's back
+// is refused.
+func TestMetricsPort(t *testing.T) {
+	objs, _ := decode(t, render(t, "metricsPort=9100"))
+	for _, o := range objs {
+		switch v := o.(type) {
+		case *corev1.ConfigMap:
+			if !strings.Contains(v.Data["config.yaml"], `metrics_addr: "0.0.0.0:9100"`) {
+				t.Errorf("config.yaml:\n%s", v.Data["config.yaml"])
+			}
+		case *appsv1.DaemonSet:
+			c := v.Spec.Template.Spec.Containers[0]
+			if c.Ports[0].ContainerPort != 9100 || c.Ports[0].Name != "metrics" || v.Spec.Template.Annotations["prometheus.io/port"] != "9100" {
+				t.Errorf("ports %+v annotations %v", c.Ports, v.Spec.Template.Annotations)
+			}
+		}
+	}
+	args := append(slices.Clone(templateArgs), "--set", "config.metrics_addr=127.0.0.1:1")
+	if out, err := exec.Command(helm(t), args...).CombinedOutput(); err == nil || !strings.Contains(string(out), "set metricsPort") {
+		t.Errorf("config.metrics_addr accepted: %v\n%s", err, out)
+	}
 }

@@ -268,13 +268,17 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		f.peerK8s = ex.Peer
 	}
 	// An idle gap ends the connection's burst: count it where it belongs.
+	// Bursts are the requester's: a responder's idle gap runs from its
+	// own last write and holds a round trip.
 	var done burst
-	if f.burst.exchanges > 0 && ex.IdleGap >= burstGap(ex) {
-		done, f.burst = f.burst, burst{}
-		f.m.addBurst(done)
+	if ex.Role == record.Requester {
+		if f.burst.exchanges > 0 && ex.IdleGap >= burstGap(ex) {
+			done, f.burst = f.burst, burst{}
+			f.m.addBurst(done)
+		}
+		f.burst.turns += ex.ExchangeTurns
+		f.burst.exchanges++
 	}
-	f.burst.turns += ex.ExchangeTurns
-	f.burst.exchanges++
 	f.m.add(&a.flowSC, ex)
 	f.mu.Unlock()
 

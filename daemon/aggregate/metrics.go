@@ -217,22 +217,28 @@ func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
 // many segments, whose rate says what the path carries that way.
 const TransferBytes = 64 << 10
 
-// addTransfers counts the exchange's messages that are transfers: the
-// outgoing one from its first write to its last byte acknowledged, the
-// incoming one from its first byte to its last.
+// addTransfers counts the exchange's messages that are transfers, each
+// timed the same way so the two directions compare: the outgoing one from
+// its first write to its last byte first sent, the incoming one from its
+// first byte to its last (neither holds a round trip or a delayed ACK).
+// A transfer quicker than minTransferTime (one burst of segments) says
+// nothing about the path's rate.
 func (m *metrics) addTransfers(ex *record.Exchange) {
 	sc, tl := &m.sc, &ex.Timeline
-	if ex.BytesOut >= TransferBytes && tl.W0 != 0 && tl.A1 > tl.W0 {
+	if d := tl.X1.Sub(tl.W0); ex.BytesOut >= TransferBytes && tl.W0 != 0 && d >= minTransferTime {
 		sc.xferOutBytes += ex.BytesOut
-		sc.xferOutTime += tl.A1.Sub(tl.W0)
+		sc.xferOutTime += d
 		sc.xfersOut++
 	}
-	if ex.BytesIn >= TransferBytes && tl.R0 != 0 && tl.R1 > tl.R0 {
+	if d := tl.R1.Sub(tl.R0); ex.BytesIn >= TransferBytes && tl.R0 != 0 && d >= minTransferTime {
 		sc.xferInBytes += ex.BytesIn
-		sc.xferInTime += tl.R1.Sub(tl.R0)
+		sc.xferInTime += d
 		sc.xfersIn++
 	}
 }
+
+// minTransferTime: below it a transfer went out in one burst.
+const minTransferTime = time.Millisecond
 
 // addTiming records what an exchange says about time: its distributions,
 // component sums and active time.

@@ -91,6 +91,9 @@ const (
 	// few huge bursts when it happens to pause, not a chatty protocol.
 	minBursts         = 3
 	maxBurstExchanges = 50
+	// minRestarted is the share of exchanges whose window restarted from
+	// which the restarts, not the path, are the finding.
+	minRestarted = 0.25
 	// minPaid is the share of exchanges that opened their connection from
 	// which the handshakes are a habit: at most four exchanges a
 	// connection.
@@ -141,19 +144,20 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 		windowWait, otherWait = windowWait+otherWait, 0
 	}
 	if s := share(windowWait); s >= minShare {
-		if m.Cwnd.Restarts > 0 && m.SlowStartAfterIdle {
-			restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
-			// Each round trip of waiting lets one more window out.
+		restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
+		if restarted >= minRestarted && m.SlowStartAfterIdle {
+			// Each round trip of waiting lets one more window out; the
+			// wait belongs to the restarted exchanges.
 			var rounds float64
 			if c.Propagation > 0 {
-				rounds = float64(windowWait) / float64(c.Propagation)
+				rounds = float64(windowWait) / float64(c.Propagation) / restarted
 			}
 			add(record.Diagnosis{
 				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
 				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which %s restarted after idle on %s of exchanges (cwnd %d..%d segments, tcp_slow_start_after_idle=1): %.1f extra round trips each",
 					pct(s), ccName(m.CongestionControl), pct(restarted), m.Cwnd.Min, m.Cwnd.Max, rounds),
 				Evidence: []record.Evidence{
-					msEv("send_wait_cwnd_mean", windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
+					msEv("send_wait_window_mean", windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
 					percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
 					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
 					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
@@ -226,7 +230,7 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	// round trips. Its reasons are on the peer's side.
 	if s := share(c.Receive); s >= minShare {
 		add(record.Diagnosis{
-			Name: ReceiveLimited, Severity: sev(s), Share: s,
+			Name: ReceiveLimited, Severity: record.SeverityInfo, Share: s,
 			Summary: fmt.Sprintf("%s of the latency is the incoming message's own transfer (%s from its first byte to its last, %s/s): the peer sends it in several rounds",
 				pct(s), dur(c.Receive), rateText(m.In.TransferRate)),
 			Evidence: []record.Evidence{msEv("receive_mean", c.Receive), rate("transfer_rate_in", m.In.TransferRate), msEv("network_mean", c.Network)},
@@ -251,10 +255,10 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	// burst but one, which batching would save.
 	if s := share(c.Propagation); s >= minShare && (chatty(&m.Turns) || m.Turns.PerExchangeMean >= manyTurns) {
 		t := m.Turns
-		if t.ExchangesPerBurstMean > 1 {
+		if chatty(&t) {
 			s *= 1 - 1/t.ExchangesPerBurstMean
 		}
-		d := record.Diagnosis{Name: ManyTurns, Severity: record.SeverityWarning, Share: s,
+		d := record.Diagnosis{Name: ManyTurns, Severity: sev(s), Share: s,
 			Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
 		if chatty(&t) {
 			d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
@@ -268,7 +272,9 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			count("turns_per_burst_max", uint64(t.PerBurstMax)), count("bursts", t.Bursts),
 			{Name: "turns_per_exchange", Value: t.PerExchangeMean}, msEv("network_mean", c.Network),
 		}
-		add(d)
+		if s >= minShare {
+			add(d)
+		}
 	}
 	// The app parts: not a fault of the network, said plainly.
 	if s := share(c.Peer); s >= criticalShare {
@@ -379,6 +385,10 @@ func WhatIfBurst(m *aggregate.Metrics, extra time.Duration) (perBurst time.Durat
 		return 0, 0
 	}
 	roundTrips = m.Turns.PerBurstMean / 2
+	if n := m.Components.Handshake.Count; n > 0 && m.Turns.Bursts > 0 {
+		// A connection's handshake is one more round trip of its first burst.
+		roundTrips += float64(m.Components.Handshake.Nonzero) / float64(m.Turns.Bursts)
+	}
 	return time.Duration(roundTrips * float64(extra)), roundTrips
 }
 
@@ -411,13 +421,17 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	if e.CwndRestart {
 		m.Cwnd.Restarts = 1
 	}
+	m.Out.Bytes, m.In.Bytes = e.BytesOut, e.BytesIn
 	if e.Duration > 0 {
 		m.Out.Goodput = float64(e.BytesOut) / e.Duration.Seconds()
+	}
+	if tl := &e.Timeline; tl.R1 > tl.R0 && tl.R0 != 0 {
+		m.In.TransferRate = float64(e.BytesIn) / tl.R1.Sub(tl.R0).Seconds()
 	}
 	var out []record.Diagnosis
 	for _, d := range Of(&m) {
 		switch {
-		case d.Share < exchangeMinShare && d.Name != ConnPerRequest:
+		case d.Share < exchangeMinShare && d.Name != ConnPerRequest, d.Name == ConnPerRequest && d.Share < 0.3:
 			continue
 		case time.Duration(d.Share*float64(e.Duration)) < exchangeMinPart:
 			continue
@@ -539,9 +553,10 @@ const bulkBytes = 1 << 20
 
 // BulkSenders returns the flows that moved data in bulk while the victim's
 // exchanges ran (their active time overlaps the victim's), the largest
-// first: the likely fillers of a queue the victim waits in. A bulk
-// transfer's exchange is known once it ends (or turns), so a transfer
-// still running is not among them yet.
+// first: the likely fillers of a queue the victim waits in. flows should
+// hold the transfers still running too, with their bytes so far (the API
+// adds them from the kernel). A flow counts by the bytes of its life, so
+// an old keep-alive connection that moved much long ago can be named.
 func BulkSenders(victim *aggregate.Metrics, flows []aggregate.FlowStats) []aggregate.FlowStats {
 	var out []aggregate.FlowStats
 	for _, f := range flows {

@@ -94,7 +94,7 @@ func TestLossAndTurnsAndOrder(t *testing.T) {
 	// Seed 000: three queries back to back per request over 5 ms.
 	chatty := metrics(30, record.Components{Network: 5 * ms, Propagation: 5 * ms, Peer: ms / 10})
 	chatty.Turns = aggregate.Turns{PerExchangeMean: 2, PerExchangeMax: 2, Bursts: 10, PerBurstMean: 6, PerBurstMax: 6, ExchangesPerBurstMean: 3}
-	if ds := Of(&chatty); len(ds) != 1 || ds[0].Name != ManyTurns || ds[0].Severity != record.SeverityWarning {
+	if ds := Of(&chatty); len(ds) != 1 || ds[0].Name != ManyTurns || ds[0].Severity != record.SeverityCritical {
 		t.Errorf("chatty: %+v", ds)
 	}
 	// A server's exchanges hold no round trip: distance adds nothing.

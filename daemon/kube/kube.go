@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -57,7 +58,10 @@ type Resolver struct {
 	podIPs     map[netip.Addr]string   // pod IP -> pod key
 	pods       map[string]*podInfo     // namespace/name -> pod
 	serviceIPs map[netip.Addr]svcRef   // cluster IP -> Service
-	endpoints  map[netip.Addr]svcRef   // endpoint address -> Service
+	// endpoints holds, per address, the Service of each EndpointSlice
+	// that lists it: an address can be behind several Services (headless
+	// and ClusterIP), and a slice's update must not drop another's.
+	endpoints  map[netip.Addr]map[string]svcRef
 	sliceAddrs map[string][]netip.Addr // EndpointSlice key -> its addresses
 	rsOwner    map[string]record.K8s   // namespace/replicaset -> Deployment
 }
@@ -69,18 +73,29 @@ type svcRef struct{ namespace, name string }
 type podInfo struct {
 	names record.K8s // without container
 	owner metav1.OwnerReference
+	// What the indexes hold for the pod, to remove it without a scan.
+	containerIDs []string
+	ips          []netip.Addr
 }
 
 // New watches through client; Start begins.
 func New(client kubernetes.Interface, log *slog.Logger) *Resolver {
+	// The caches hold every pod, ReplicaSet and slice of the cluster: their
+	// managed fields, often most of an object, are never read.
+	strip := informers.WithTransform(func(obj any) (any, error) {
+		if a, err := meta.Accessor(obj); err == nil {
+			a.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
 	return &Resolver{
-		factory:    informers.NewSharedInformerFactory(client, 0),
+		factory:    informers.NewSharedInformerFactoryWithOptions(client, 0, strip),
 		log:        log,
 		containers: map[string]containerRef{},
 		podIPs:     map[netip.Addr]string{},
 		pods:       map[string]*podInfo{},
 		serviceIPs: map[netip.Addr]svcRef{},
-		endpoints:  map[netip.Addr]svcRef{},
+		endpoints:  map[netip.Addr]map[string]svcRef{},
 		sliceAddrs: map[string][]netip.Addr{},
 		rsOwner:    map[string]record.K8s{},
 	}
@@ -144,18 +159,24 @@ func (r *Resolver) setPod(obj any) {
 		return
 	}
 	k := key(p.Namespace, p.Name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removePodLocked(k)
+	// A finished pod keeps its IP in its status while the address goes to
+	// another pod: it names nobody any more.
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return
+	}
 	info := &podInfo{names: record.K8s{Namespace: p.Namespace, Pod: p.Name, Node: p.Spec.NodeName}}
 	if c := metav1.GetControllerOf(p); c != nil {
 		info.owner = *c
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removePodLocked(k)
-	r.pods[k] = info
 	for _, st := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, c := range st {
 			if c.ContainerID != "" {
-				r.containers[trimRuntime(c.ContainerID)] = containerRef{pod: k, name: c.Name}
+				id := trimRuntime(c.ContainerID)
+				r.containers[id] = containerRef{pod: k, name: c.Name}
+				info.containerIDs = append(info.containerIDs, id)
 			}
 		}
 	}
@@ -164,9 +185,11 @@ func (r *Resolver) setPod(obj any) {
 		for _, ip := range p.Status.PodIPs {
 			if a, err := netip.ParseAddr(ip.IP); err == nil {
 				r.podIPs[a] = k
+				info.ips = append(info.ips, a)
 			}
 		}
 	}
+	r.pods[k] = info
 }
 
 func (r *Resolver) deletePod(obj any) {
@@ -177,18 +200,21 @@ func (r *Resolver) deletePod(obj any) {
 	}
 }
 
+// removePodLocked drops a pod's entries, leaving those another pod has
+// taken over since.
 func (r *Resolver) removePodLocked(k string) {
-	if _, ok := r.pods[k]; !ok {
+	p, ok := r.pods[k]
+	if !ok {
 		return
 	}
 	delete(r.pods, k)
-	for id, c := range r.containers {
-		if c.pod == k {
+	for _, id := range p.containerIDs {
+		if r.containers[id].pod == k {
 			delete(r.containers, id)
 		}
 	}
-	for ip, pk := range r.podIPs {
-		if pk == k {
+	for _, ip := range p.ips {
+		if r.podIPs[ip] == k {
 			delete(r.podIPs, ip)
 		}
 	}
@@ -264,7 +290,10 @@ func (r *Resolver) setSlice(obj any) {
 	for _, ep := range es.Endpoints {
 		for _, a := range ep.Addresses {
 			if ip, err := netip.ParseAddr(a); err == nil {
-				r.endpoints[ip] = svcRef{es.Namespace, svc}
+				if r.endpoints[ip] == nil {
+					r.endpoints[ip] = map[string]svcRef{}
+				}
+				r.endpoints[ip][k] = svcRef{es.Namespace, svc}
 				addrs = append(addrs, ip)
 			}
 		}
@@ -282,9 +311,24 @@ func (r *Resolver) deleteSlice(obj any) {
 
 func (r *Resolver) removeSliceLocked(k string) {
 	for _, ip := range r.sliceAddrs[k] {
-		delete(r.endpoints, ip)
+		delete(r.endpoints[ip], k)
+		if len(r.endpoints[ip]) == 0 {
+			delete(r.endpoints, ip)
+		}
 	}
 	delete(r.sliceAddrs, k)
+}
+
+// serviceOfLocked is a Service the address is an endpoint of, in ns when
+// given; of several, the first by name, so the answer is stable.
+func (r *Resolver) serviceOfLocked(ip netip.Addr, ns string) (svcRef, bool) {
+	var best svcRef
+	for _, s := range r.endpoints[ip] {
+		if (ns == "" || s.namespace == ns) && (best.name == "" || s.name < best.name) {
+			best = s
+		}
+	}
+	return best, best.name != ""
 }
 
 // workloadLocked names what runs a pod: its controller, or a
@@ -309,7 +353,7 @@ func (r *Resolver) namesLocked(k string, ip netip.Addr) (record.K8s, bool) {
 	n := p.names
 	n.WorkloadKind, n.Workload = r.workloadLocked(p)
 	if ip.IsValid() {
-		if s, ok := r.endpoints[ip]; ok && s.namespace == n.Namespace {
+		if s, ok := r.serviceOfLocked(ip, n.Namespace); ok {
 			n.Service = s.name
 		}
 	}
@@ -347,6 +391,11 @@ func (r *Resolver) ByIP(ip netip.Addr) (*record.K8s, bool) {
 		}
 	}
 	if s, ok := r.serviceIPs[ip]; ok {
+		return &record.K8s{Namespace: s.namespace, Service: s.name}, true
+	}
+	// An endpoint that is no pod: a host-network backend, or a Service
+	// without a selector (the API server's own).
+	if s, ok := r.serviceOfLocked(ip, ""); ok {
 		return &record.K8s{Namespace: s.namespace, Service: s.name}, true
 	}
 	return nil, false

@@ -114,10 +114,13 @@ func TestWatch(t *testing.T) {
 	if err := c.CoreV1().Pods("shop").Delete(ctx, "cart-7d9f-x2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Its address is still in the Service's slice until the endpoint
+	// controller (absent from a fake cluster) updates it: the Service, not
+	// the pod, is named.
 	eventually(t, "the deleted pod forgotten", func() bool {
 		_, byC := r.ByContainer("c0ffee01")
-		_, byIP := r.ByIP(netip.MustParseAddr("10.1.0.5"))
-		return !byC && !byIP
+		n, _ := r.ByIP(netip.MustParseAddr("10.1.0.5"))
+		return !byC && (n == nil || n.Pod == "")
 	})
 	if err := c.CoreV1().Services("shop").Delete(ctx, "payments", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -142,5 +145,54 @@ func TestOutsideACluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	if InCluster() {
 		t.Error("in a cluster without its environment")
+	}
+}
+
+// A finished Job's pod keeps its IP in its status; the address goes to a
+// live pod, which must keep its name.
+func TestFinishedPodNamesNobody(t *testing.T) {
+	done := pod("batch", "report-1", "node-a", "10.1.2.3", ctrl("Job", "report"), map[string]string{"report": "d0d0"})
+	done.Status.Phase = corev1.PodSucceeded
+	live := pod("shop", "web-1", "node-a", "10.1.2.3", ctrl("ReplicaSet", "web-1"), nil)
+	r := start(t, fake.NewSimpleClientset(done, live))
+	n, ok := r.ByIP(netip.MustParseAddr("10.1.2.3"))
+	if !ok || n.Pod != "web-1" {
+		t.Errorf("the address names %+v", n)
+	}
+	if _, ok := r.ByContainer("d0d0"); ok {
+		t.Error("a finished pod's container is named")
+	}
+}
+
+// An address behind two Services (headless and ClusterIP) keeps one when
+// the other's slice goes; an endpoint that is no pod is named by its
+// Service.
+func TestSharedEndpoints(t *testing.T) {
+	slice := func(name, svc string, addrs ...string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: addrs}},
+		}
+	}
+	c := fake.NewSimpleClientset(
+		pod("shop", "db-0", "node-b", "10.1.1.7", ctrl("StatefulSet", "db"), nil),
+		slice("db-headless-1", "db-headless", "10.1.1.7"),
+		slice("db-1", "db", "10.1.1.7"),
+		slice("kubernetes", "kubernetes", "192.168.0.2"),
+	)
+	r := start(t, c)
+	if n, _ := r.ByIP(netip.MustParseAddr("10.1.1.7")); n == nil || n.Service != "db" {
+		t.Errorf("two Services: %+v (want the first by name, db)", n)
+	}
+	if err := c.DiscoveryV1().EndpointSlices("shop").Delete(context.Background(), "db-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other Service kept", func() bool {
+		n, _ := r.ByIP(netip.MustParseAddr("10.1.1.7"))
+		return n != nil && n.Service == "db-headless" && n.Pod == "db-0"
+	})
+	if n, _ := r.ByIP(netip.MustParseAddr("192.168.0.2")); n == nil || n.Service != "kubernetes" || n.Pod != "" {
+		t.Errorf("an endpoint that is no pod: %+v", n)
 	}
 }
