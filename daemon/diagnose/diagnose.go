@@ -91,6 +91,9 @@ const (
 	// few huge bursts when it happens to pause, not a chatty protocol.
 	minBursts         = 3
 	maxBurstExchanges = 50
+	// minLocalRead is the mean read delay from which a process reading late
+	// is named.
+	minLocalRead = 5 * time.Millisecond
 	// minRestarted is the share of exchanges whose window restarted from
 	// which the restarts, not the path, are the finding.
 	minRestarted = 0.25
@@ -285,7 +288,9 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 			Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
 		})
 	}
-	if s := share(c.LocalRead); s >= minShare {
+	// A healthy process reads within microseconds; a millisecond is a busy
+	// machine's scheduling, a finding only from several.
+	if s := share(c.LocalRead); s >= minShare && c.LocalRead >= minLocalRead {
 		add(record.Diagnosis{
 			Name: LocalRead, Severity: sev(s), Share: s,
 			Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),

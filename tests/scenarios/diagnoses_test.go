@@ -486,8 +486,10 @@ func TestDiagnoseManyTurns(t *testing.T) {
 			within(t, "exchanges per burst", evidence(t, d, "exchanges_per_burst"), 3, 3)
 			within(t, "bursts", evidence(t, d, "bursts"), 10, 10)
 			extra, rounds := diagnose.WhatIfBurst(&v.pair.Metrics, 20*time.Millisecond)
-			within(t, "what-if round trips per burst", rounds, 2.95, 2.95)
-			within(t, "what-if 20 ms (ms)", float64(extra)/1e6, 59, 59)
+			// 2.95 round trips of turns, and the connection's one handshake
+			// shared by the 10 bursts.
+			within(t, "what-if round trips per burst", rounds, 3.04, 3.06)
+			within(t, "what-if 20 ms (ms)", float64(extra)/1e6, 60.9, 61.1)
 		})
 	}
 }
@@ -606,8 +608,10 @@ func TestDiagnoseDirectionAsymmetry(t *testing.T) {
 			if d == nil {
 				t.Fatalf("direction_asymmetry did not fire: out %.0f B/s in %.0f B/s, diagnoses %v", out, in, names(v.diagnoses))
 			}
-			// The link rates are IP rates: payload is a few % less.
-			within(t, "out (Mbit/s)", evidence(t, d, "transfer_rate_out")*8/1e6, 2.8, 4.0)
+			// The link rates are IP rates: payload is a few % less; the last
+			// byte leaves TCP into the bottleneck's queue a little before it
+			// leaves the link, so up to 10 % more.
+			within(t, "out (Mbit/s)", evidence(t, d, "transfer_rate_out")*8/1e6, 2.8, 4.4)
 			within(t, "in (Mbit/s)", evidence(t, d, "transfer_rate_in")*8/1e6, 20, 40)
 		})
 	}
