@@ -22,6 +22,9 @@ import (
 // envPrefix starts the environment variable of every setting.
 const envPrefix = "LATTRACE_"
 
+// clientEnv are variables of the other commands, not settings.
+var clientEnv = []string{apiEnv}
+
 // configKey is the file key and environment suffix of a flag.
 func configKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
 
@@ -38,6 +41,16 @@ func applyConfig(cmd *cobra.Command, path string) error {
 		}
 	}
 	var errs []error
+	// A variable that names no setting is a typo that would otherwise be
+	// ignored without a word.
+	var keys []string
+	fs.VisitAll(func(f *pflag.Flag) { keys = append(keys, envPrefix+strings.ToUpper(configKey(f.Name))) })
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && !slices.Contains(keys, name) && !slices.Contains(clientEnv, name) {
+			errs = append(errs, fmt.Errorf("%s is not a setting of lattrace %s (see docs/configuration.md)", name, cmd.Name()))
+		}
+	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "config" || f.Name == "help" {
 			return

@@ -120,3 +120,24 @@ func TestConfigOfTheChart(t *testing.T) {
 		t.Errorf("metrics-addr %q", got)
 	}
 }
+
+// LATTRACE_CONFIG names the file; a LATTRACE_ variable that is no setting
+// is an error, not silence.
+func TestConfigEnvironment(t *testing.T) {
+	var out, errb strings.Builder
+	t.Setenv("LATTRACE_CONFIG", writeConfig(t, "colour: red\n"))
+	if code := Execute([]string{"daemon"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown key "colour"`) {
+		t.Errorf("LATTRACE_CONFIG: exit %d, %q", code, errb.String())
+	}
+	os.Unsetenv("LATTRACE_CONFIG")
+	t.Setenv("LATTRACE_METRIC_ADDR", "0.0.0.0:1")
+	err := applyConfig(newDaemon(), "")
+	if err == nil || !strings.Contains(err.Error(), "LATTRACE_METRIC_ADDR is not a setting of lattrace daemon") {
+		t.Errorf("misspelt variable: %v", err)
+	}
+	os.Unsetenv("LATTRACE_METRIC_ADDR")
+	t.Setenv("LATTRACE_API", "/tmp/x.sock") // the clients' variable
+	if err := applyConfig(newDaemon(), ""); err != nil {
+		t.Errorf("LATTRACE_API: %v", err)
+	}
+}

@@ -52,7 +52,11 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			// Commands with --config take settings from the file and the
 			// environment too, the log level among them.
 			if f := cmd.Flags().Lookup("config"); f != nil {
-				if err := applyConfig(cmd, f.Value.String()); err != nil {
+				path := f.Value.String()
+				if !f.Changed {
+					path = os.Getenv(envPrefix + "CONFIG") // the file itself, from the environment
+				}
+				if err := applyConfig(cmd, path); err != nil {
 					return usageError{err}
 				}
 			}
