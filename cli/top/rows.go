@@ -146,10 +146,15 @@ func processCell(o record.Owner) []string {
 	if comm == "" {
 		comm = "?"
 	}
-	if o.PID == 0 {
-		return []string{comm}
+	var cells []string
+	// In a cluster the pod says more than the pid; kept while there is room.
+	if k := o.K8s; k != nil && k.Pod != "" {
+		cells = append(cells, fmt.Sprintf("%s %s/%s", comm, sanitize(k.Namespace), sanitize(k.Pod)))
 	}
-	return []string{fmt.Sprintf("%s %d", comm, o.PID), comm}
+	if o.PID == 0 {
+		return append(cells, comm)
+	}
+	return append(cells, fmt.Sprintf("%s %d", comm, o.PID), comm)
 }
 
 // addrCell gives up the local address before the local port, and both

@@ -131,10 +131,19 @@ func flowIdentity(d *detail) []string {
 }
 
 func processDesc(o record.Owner) string {
-	if o.PID == 0 {
-		return processCell(o)[0]
+	cells := processCell(o)
+	comm := cells[len(cells)-1] // the narrowest is the name alone
+	desc := comm
+	if o.PID != 0 {
+		desc = fmt.Sprintf("%s pid %d", comm, o.PID)
 	}
-	return fmt.Sprintf("%s pid %d", processCell(o)[1], o.PID)
+	if k := o.K8s; k != nil && k.Pod != "" {
+		desc += fmt.Sprintf(", pod %s/%s", sanitize(k.Namespace), sanitize(k.Pod))
+		if k.Workload != "" {
+			desc += fmt.Sprintf(" (%s %s)", strings.ToLower(k.WorkloadKind), sanitize(k.Workload))
+		}
+	}
+	return desc
 }
 
 func peerIdentity(p *api.Peer) []string {

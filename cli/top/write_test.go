@@ -142,3 +142,16 @@ func TestRunningTransferShows(t *testing.T) {
 		t.Errorf("running transfer:\n%s", b.String())
 	}
 }
+
+// In a cluster, a flow's process column names its pod when there is room.
+func TestPodNamed(t *testing.T) {
+	f := flow("8", "nginx", 42, "10.1.0.5:8080", "10.1.0.9:40000", 1, aggregate.Metrics{})
+	f.Owner.K8s = &record.K8s{Namespace: "shop", Pod: "front-7d9f-x2", Container: "nginx"}
+	var b strings.Builder
+	if err := WriteFlows(&b, api.FlowList{Flows: []api.Flow{f}, Total: 1}, 200); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "shop/front-7d9f-x2") {
+		t.Errorf("no pod name:\n%s", b.String())
+	}
+}
