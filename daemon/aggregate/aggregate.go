@@ -249,7 +249,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	// A socket adopted from softirq has no owner until its process next
 	// touches it: its first exchange counts for the flow, and for the pair
 	// only once the pair is known, rather than under a nameless pair.
-	hasOwner := ex.Owner.Comm != "" || ex.Owner.CgroupID != 0
+	hasOwner := ex.Owner.Known()
 	var p *peerEntry
 	if hasOwner {
 		p = a.attribute(f, &ex.Owner, ex.ConnRole, ex.Role, t)
@@ -325,7 +325,7 @@ func (a *Aggregator) AddConnOpen(o record.ConnOpen) {
 func (a *Aggregator) AddConnClose(c record.ConnClose) {
 	a.wmu.Lock()
 	f := a.flowFor(FlowKey{Flow: c.Flow, Cookie: c.Cookie}, c.Time)
-	hasOwner := c.Owner.Comm != "" || c.Owner.CgroupID != 0
+	hasOwner := c.Owner.Known()
 	var p *peerEntry
 	if hasOwner {
 		p = a.attribute(f, &c.Owner, c.Role, "", c.Time)

@@ -99,7 +99,14 @@ func PeerID(k aggregate.PeerKey) string {
 type snapshot struct {
 	now   record.Mono
 	stats []aggregate.FlowStats
-	ins   []record.InFlight
+	// recorded indexes stats by cookie; inflight holds the exchanges in
+	// progress now, by cookie.
+	recorded map[uint64]int
+	inflight map[uint64]*record.InFlight
+	// rates are each flow's exchanges per second, and peerRates their sum
+	// per pair.
+	rates     map[uint64]float64
+	peerRates map[aggregate.PeerKey]float64
 	// movers is every flow with what it moved, the bytes of exchanges in
 	// progress included: a bufferbloat's bulk senders are often still
 	// sending.
@@ -107,64 +114,79 @@ type snapshot struct {
 }
 
 func (s *Server) snapshot() *snapshot {
-	sn := &snapshot{now: record.Now(), stats: s.agg.Flows(), ins: s.inflight()}
-	sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
-	byCookie := make(map[uint64]int, len(sn.movers))
-	for i := range sn.movers {
-		byCookie[sn.movers[i].Cookie] = i
+	sn := &snapshot{
+		now: record.Now(), stats: s.agg.Flows(),
+		recorded: map[uint64]int{}, inflight: map[uint64]*record.InFlight{},
+		rates: map[uint64]float64{}, peerRates: map[aggregate.PeerKey]float64{},
 	}
-	for _, in := range sn.ins {
+	for i := range sn.stats {
+		st := &sn.stats[i]
+		sn.recorded[st.Cookie] = i
+		r := s.hist.Rate(st.Cookie, sn.now)
+		sn.rates[st.Cookie] = r
+		if st.Peer != (aggregate.PeerKey{}) {
+			sn.peerRates[st.Peer] += r
+		}
+	}
+	sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
+	ins := s.inflight()
+	for i := range ins {
+		in := &ins[i]
 		if in.Start == 0 {
+			continue // nothing in progress
+		}
+		sn.inflight[in.Cookie] = in
+		if j, ok := sn.recorded[in.Cookie]; ok {
+			sn.movers[j].Out.Bytes += in.BytesOut
+			sn.movers[j].In.Bytes += in.BytesIn
+			sn.movers[j].LastSeen = sn.now
 			continue
 		}
-		i, ok := byCookie[in.Cookie]
-		if !ok {
-			sn.movers = append(sn.movers, aggregate.FlowStats{FlowKey: aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie}, Owner: in.Owner})
-			i = len(sn.movers) - 1
-			sn.movers[i].FirstSeen = in.Start
-		}
-		m := &sn.movers[i]
-		m.Out.Bytes += in.BytesOut
-		m.In.Bytes += in.BytesIn
-		m.LastSeen = sn.now
+		m := unrecorded(in)
+		m.Out.Bytes, m.In.Bytes = in.BytesOut, in.BytesIn
+		m.FirstSeen, m.LastSeen = in.Start, sn.now
+		sn.movers = append(sn.movers, m)
 	}
 	return sn
 }
 
-// flows is every flow with its rate, split, diagnoses and exchange in
-// progress, and the flows that have one and no record yet (a transfer
-// running since before its first turn): nothing that is moving is missing.
-func (s *Server) flows(sn *snapshot) []Flow {
-	out := make([]Flow, len(sn.stats), len(sn.stats)+len(sn.ins))
-	byCookie := make(map[uint64]int, len(sn.stats))
-	for i := range sn.stats {
-		out[i] = s.flow(&sn.stats[i], sn)
-		byCookie[sn.stats[i].Cookie] = i
+// unrecorded is the statistics of a connection known only by its exchange
+// in progress (a transfer running since before its first turn).
+func unrecorded(in *record.InFlight) aggregate.FlowStats {
+	return aggregate.FlowStats{
+		FlowKey:  aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie},
+		Owner:    in.Owner,
+		ConnRole: in.ConnRole,
 	}
-	for i := range sn.ins {
-		in := &sn.ins[i]
-		if in.Start == 0 {
-			continue // nothing in progress
-		}
-		j, ok := byCookie[in.Cookie]
-		if !ok {
-			st := aggregate.FlowStats{
-				FlowKey:  aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie},
-				Owner:    in.Owner,
-				ConnRole: in.ConnRole,
-			}
+}
+
+// flows is every flow with its rate, split, diagnoses and exchange in
+// progress, and the flows known only by one: nothing that is moving is
+// missing.
+func (s *Server) flows(sn *snapshot) []Flow {
+	out := make([]Flow, 0, len(sn.stats)+len(sn.inflight))
+	for i := range sn.stats {
+		out = append(out, s.flow(&sn.stats[i], sn))
+	}
+	for cookie, in := range sn.inflight {
+		if _, ok := sn.recorded[cookie]; !ok {
+			st := unrecorded(in)
 			out = append(out, s.flow(&st, sn))
-			j = len(out) - 1
-		}
-		f := &out[j]
-		f.InFlight = in
-		// The owner of a socket whose records are all still to come is
-		// known from the kernel's side already.
-		if f.Owner.PID == 0 && f.Owner.Comm == "" {
-			f.Owner = in.Owner
 		}
 	}
 	return out
+}
+
+// flowByCookie is one flow of flows, built alone.
+func (s *Server) flowByCookie(sn *snapshot, cookie uint64) (Flow, bool) {
+	if i, ok := sn.recorded[cookie]; ok {
+		return s.flow(&sn.stats[i], sn), true
+	}
+	if in, ok := sn.inflight[cookie]; ok {
+		st := unrecorded(in)
+		return s.flow(&st, sn), true
+	}
+	return Flow{}, false
 }
 
 // diagnoses names the bulk senders behind a bufferbloat in ds among
@@ -193,7 +215,7 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 	f := Flow{
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
-		Rate:      s.hist.Rate(st.Cookie, sn.now),
+		Rate:      sn.rates[st.Cookie],
 		Split:     diagnose.SplitOf(&st.Metrics),
 		Diagnoses: diagnoses(diagnose.Of(&st.Metrics), &st.Metrics, sn.movers),
 	}
@@ -201,21 +223,25 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 		f.PeerID = PeerID(st.Peer)
 	}
 	f.Dominant = f.Split.Dominant()
+	if in := sn.inflight[st.Cookie]; in != nil {
+		f.InFlight = in
+		// The owner of a socket whose records are all still to come is
+		// known from the kernel's side already.
+		if !f.Owner.Known() {
+			f.Owner = in.Owner
+		}
+	}
 	return f
 }
 
 // peer makes st's answer; its rate is the sum of its flows'.
-func (s *Server) peer(st *aggregate.PeerStats, flows []Flow, sn *snapshot) Peer {
+func (s *Server) peer(st *aggregate.PeerStats, sn *snapshot) Peer {
 	p := Peer{
 		ID:        PeerID(st.PeerKey),
 		PeerStats: *st,
+		Rate:      sn.peerRates[st.PeerKey],
 		Split:     diagnose.SplitOf(&st.Metrics),
 		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn.movers),
-	}
-	for i := range flows {
-		if flows[i].PeerID == p.ID {
-			p.Rate += flows[i].Rate
-		}
 	}
 	p.Dominant = p.Split.Dominant()
 	return p
@@ -255,17 +281,16 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	for _, f := range s.flows(sn) {
-		if f.Cookie == cookie {
-			recent := s.hist.Recent(cookie)
-			if recent == nil {
-				recent = []history.Sample{}
-			}
-			writeJSON(w, FlowDetail{APIVersion: Version, Now: sn.now, Flow: f, Recent: recent})
-			return
-		}
+	f, ok := s.flowByCookie(sn, cookie)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no flow %s: it closed, expired or was never seen", id))
+		return
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("no flow %s: it closed, expired or was never seen", id))
+	recent := s.hist.Recent(cookie)
+	if recent == nil {
+		recent = []history.Sample{}
+	}
+	writeJSON(w, FlowDetail{APIVersion: Version, Now: sn.now, Flow: f, Recent: recent})
 }
 
 func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
@@ -275,11 +300,10 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	flows := s.flows(sn)
 	stats := s.agg.Peers()
 	out := make([]Peer, 0, len(stats))
 	for i := range stats {
-		if p := s.peer(&stats[i], flows, sn); q.Filter.MatchPeer(&p) {
+		if p := s.peer(&stats[i], sn); q.Filter.MatchPeer(&p) {
 			out = append(out, p)
 		}
 	}
@@ -295,13 +319,13 @@ func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 		}
 		sn := s.snapshot()
 		flows := []Flow{}
-		for _, f := range s.flows(sn) {
-			if f.PeerID == id {
-				flows = append(flows, f)
+		for i := range sn.stats {
+			if sn.stats[i].Peer == st.PeerKey {
+				flows = append(flows, s.flow(&sn.stats[i], sn))
 			}
 		}
 		SortFlows(flows, DefaultSort)
-		writeJSON(w, PeerDetail{APIVersion: Version, Now: sn.now, Peer: s.peer(&st, flows, sn), Flows: flows})
+		writeJSON(w, PeerDetail{APIVersion: Version, Now: sn.now, Peer: s.peer(&st, sn), Flows: flows})
 		return
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no peer pair %s: it expired or was never seen (ids are in the id column of /%s/peers)", id, Version))

@@ -38,6 +38,10 @@ type Owner struct {
 	K8s *K8s `json:"k8s,omitempty"`
 }
 
+// Known reports whether the owner was seen: a socket adopted from softirq
+// has none until its process next touches it.
+func (o *Owner) Known() bool { return o.Comm != "" || o.CgroupID != 0 }
+
 // Role says which end of the connection is local.
 type Role string
 
