@@ -401,7 +401,10 @@ func WhatIfBurst(m *aggregate.Metrics, extra time.Duration) (perBurst time.Durat
 // this exchange slow. Its first exchange of a socket adopted mid-way
 // (partial) has no reliable timing and gets none.
 func Exchange(e *record.Exchange) []record.Diagnosis {
-	if e.Partial || e.Duration <= 0 {
+	// Every finding on one exchange must cost it exchangeMinPart: a
+	// shorter exchange (most of them, on a LAN) has none, and this runs
+	// for every exchange.
+	if e.Partial || e.Duration < exchangeMinPart {
 		return nil
 	}
 	c := &e.Components
