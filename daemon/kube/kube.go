@@ -58,6 +58,7 @@ type Resolver struct {
 	podIPs     map[netip.Addr]string   // pod IP -> pod key
 	pods       map[string]*podInfo     // namespace/name -> pod
 	serviceIPs map[netip.Addr]svcRef   // cluster IP -> Service
+	svcAddrs   map[string][]netip.Addr // Service key -> its cluster IPs
 	// endpoints holds, per address, the Service of each EndpointSlice
 	// that lists it: an address can be behind several Services (headless
 	// and ClusterIP), and a slice's update must not drop another's.
@@ -95,6 +96,7 @@ func New(client kubernetes.Interface, log *slog.Logger) *Resolver {
 		podIPs:     map[netip.Addr]string{},
 		pods:       map[string]*podInfo{},
 		serviceIPs: map[netip.Addr]svcRef{},
+		svcAddrs:   map[string][]netip.Addr{},
 		endpoints:  map[netip.Addr]map[string]svcRef{},
 		sliceAddrs: map[string][]netip.Addr{},
 		rsOwner:    map[string]record.K8s{},
@@ -228,11 +230,14 @@ func (r *Resolver) setService(obj any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.removeServiceLocked(s.Namespace, s.Name)
+	var ips []netip.Addr
 	for _, ip := range s.Spec.ClusterIPs {
 		if a, err := netip.ParseAddr(ip); err == nil {
 			r.serviceIPs[a] = svcRef{s.Namespace, s.Name}
+			ips = append(ips, a)
 		}
 	}
+	r.svcAddrs[key(s.Namespace, s.Name)] = ips
 }
 
 func (r *Resolver) deleteService(obj any) {
@@ -243,12 +248,16 @@ func (r *Resolver) deleteService(obj any) {
 	}
 }
 
+// removeServiceLocked drops a Service's cluster IPs, leaving those another
+// Service has taken over since.
 func (r *Resolver) removeServiceLocked(ns, name string) {
-	for ip, s := range r.serviceIPs {
-		if s == (svcRef{ns, name}) {
+	k := key(ns, name)
+	for _, ip := range r.svcAddrs[k] {
+		if r.serviceIPs[ip] == (svcRef{ns, name}) {
 			delete(r.serviceIPs, ip)
 		}
 	}
+	delete(r.svcAddrs, k)
 }
 
 func (r *Resolver) setReplicaSet(obj any) {
