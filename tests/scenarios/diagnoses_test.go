@@ -346,8 +346,14 @@ func TestDiagnoseWindowLimited(t *testing.T) {
 		}
 		within(t, "sndbuf wait (ms)", evidence(t, d, "send_wait_sndbuf_mean"), 50, 1000)
 	})
-	t.Run("sndbuf control: the default buffer", func(t *testing.T) {
+	t.Run("sndbuf control: the fix, a send buffer that holds the message", func(t *testing.T) {
 		s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+		// The default buffer starts at 16 KB and grows with the window, so
+		// a fresh connection's 1 MB write can block at first: the fix the
+		// diagnosis names (tcp_wmem) is the control.
+		if err := s.lab.A.Sysctl("net.ipv4.tcp_wmem", "4096 4194304 8388608"); err != nil {
+			t.Fatal(err)
+		}
 		s.server(workload.ServerConfig{})
 		recs := s.client(workload.ClientConfig{ReqSize: 1 << 20, RespSize: 100, Count: 3, Interval: 300 * time.Millisecond})
 		s.settle(recs)
