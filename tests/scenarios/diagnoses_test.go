@@ -412,8 +412,11 @@ func TestDiagnoseNagle(t *testing.T) {
 func TestDiagnoseLoss(t *testing.T) {
 	for _, loss := range []float64{0.05, 0} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			link := netlab.Link{Delay: 5 * time.Millisecond, Loss: loss}
-			s := newScenario(t, netlab.Config{AtoB: link, BtoA: link, Seed: 7}, tracer.Options{})
+			// Loss on the requests' way: A's own retransmissions, which it
+			// counts and recovers (a lost response is the peer's to resend,
+			// and shows in the response's transfer).
+			s := newScenario(t, netlab.Config{AtoB: netlab.Link{Delay: 5 * time.Millisecond, Loss: loss},
+				BtoA: netlab.Link{Delay: 5 * time.Millisecond}, Seed: 7}, tracer.Options{})
 			s.server(workload.ServerConfig{})
 			before := retransSegs(t, s.lab.A)
 			recs := s.client(workload.ClientConfig{ReqSize: 3000, RespSize: 3000, Count: 60, Interval: 20 * time.Millisecond})
