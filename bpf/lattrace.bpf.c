@@ -40,6 +40,7 @@ const struct lt_exchange *unused_lt_exchange __attribute__((unused));
 const enum lt_counter *unused_lt_counter __attribute__((unused));
 const enum lt_record_kind *unused_lt_record_kind __attribute__((unused));
 const enum lt_role *unused_lt_role __attribute__((unused));
+const enum lt_layout *unused_lt_layout __attribute__((unused));
 const enum lt_exchange_role *unused_lt_exchange_role __attribute__((unused));
 const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
@@ -424,6 +425,7 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	if (st->wait_last_ns)
 		wait_account(st, now);
 	ex->hdr.kind = LT_RECORD_EXCHANGE;
+	ex->hdr.layout = LT_LAYOUT;
 	ex->hdr.ts_ns = now;
 	ex->flow = st->flow;
 	ex->owner = st->owner;
@@ -615,7 +617,7 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			return 1;
 		}
 		rec->hdr.kind = LT_RECORD_CONN_OPEN;
-		rec->hdr._pad = 0;
+		rec->hdr.layout = LT_LAYOUT;
 		rec->hdr.ts_ns = now;
 		rec->cookie = bpf_get_socket_cookie(skops);
 		__builtin_memset(&rec->flow, 0, sizeof(rec->flow));
@@ -968,7 +970,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 		return 0;
 	}
 	rec->hdr.kind = LT_RECORD_CONN_CLOSE;
-	rec->hdr._pad = 0;
+	rec->hdr.layout = LT_LAYOUT;
 	rec->hdr.ts_ns = now;
 	rec->cookie = bpf_get_socket_cookie(sk);
 	read_flow(sk, &rec->flow);

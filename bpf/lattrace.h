@@ -78,9 +78,17 @@ struct lt_owner {
 	char comm[LT_COMM_LEN];
 };
 
+/* Version of the record layouts below, in every record's header. Records
+ * outlive the daemon that reads them (the ring buffer is pinned across
+ * restarts), so a daemon of another version must recognise records it cannot
+ * read: bump it whenever a record struct changes. */
+enum lt_layout {
+	LT_LAYOUT = 1,
+};
+
 struct lt_header {
-	__u32 kind; /* enum lt_record_kind */
-	__u32 _pad;
+	__u32 kind;   /* enum lt_record_kind */
+	__u32 layout; /* LT_LAYOUT of the program that wrote it */
 	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) when the record was made */
 };
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lattrace/lattrace/daemon"
 	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
@@ -18,11 +19,15 @@ func newDaemon() *cobra.Command {
 	var ox otlp.Config
 	var otlpOn bool
 	var maxPairs int
+	var cleanup bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "trace every TCP connection on this node and write what it finds",
 		Args:  cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error {
+			if cleanup {
+				return nil
+			}
 			// OTLP is on when asked for, or when the standard variable
 			// names an endpoint.
 			if maxPairs < 1 {
@@ -46,6 +51,9 @@ func newDaemon() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cleanup {
+				return cleanupPins(cmd, cfg.Tracer.PinPath)
+			}
 			return daemon.Run(cmd.Context(), cfg, slog.Default())
 		},
 	}
@@ -55,6 +63,8 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
+	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")
+	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.IntVar(&maxPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")
@@ -67,4 +77,22 @@ func newDaemon() *cobra.Command {
 	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow (negative: none)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
 	return cmd
+}
+
+// cleanupPins is `lattrace daemon --cleanup`: what a daemon left pinned goes,
+// and the programs with it.
+func cleanupPins(cmd *cobra.Command, dir string) error {
+	if dir == "" {
+		dir = daemon.DefaultPinPath
+	}
+	removed, err := tracer.Cleanup(dir)
+	if err != nil {
+		return err
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "nothing pinned under %s\n", dir)
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "removed %d pins under %s: the programs are detached\n", len(removed), dir)
+	return nil
 }

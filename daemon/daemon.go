@@ -53,6 +53,10 @@ type Config struct {
 	Version string
 }
 
+// DefaultPinPath is where a cluster deployment pins (the chart sets it);
+// --cleanup looks there when no --pin-path is given.
+const DefaultPinPath = "/sys/fs/bpf/lattrace"
+
 // Outputs the daemon knows.
 var Outputs = []string{"jsonl", "none"}
 
@@ -95,7 +99,15 @@ type Daemon struct {
 	containers *containers.Resolver
 	kube       *kube.Resolver
 	sinks      fanout
-	closeOut   func()
+	// outputs are the sinks whose output outlives the daemon; each goes
+	// behind the tracer's Resume once the tracer is open.
+	outputs  []output
+	closeOut func()
+}
+
+type output struct {
+	name string
+	tracer.Durable
 }
 
 // New loads the tracer and opens the outputs; Run then traces.
@@ -122,7 +134,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.jsonl.OnError = func(err error) {
 			log.Error("JSON lines output failed; records are dropped and counted from now on", "err", err)
 		}
-		d.sinks = append(d.sinks, d.jsonl)
+		d.outputs = append(d.outputs, output{"jsonl", d.jsonl})
 	}
 	// The latency metrics are OpenTelemetry instruments: pushed over OTLP,
 	// read by /metrics, or both.
@@ -149,7 +161,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 			return nil, fmt.Errorf("OTLP exporter: %w", err)
 		}
 		d.otlp = x
-		d.sinks = append(d.sinks, x)
+		d.outputs = append(d.outputs, output{"otlp", x})
 		if mp := x.MeterProvider(); mp != nil {
 			_, err := mp.Meter("github.com/lattrace/lattrace/daemon").Int64ObservableGauge("lattrace.flows",
 				metric.WithDescription("TCP flows lattrace holds statistics for"),
@@ -185,6 +197,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.tracer = tr
+	for _, o := range d.outputs {
+		d.sinks = append(d.sinks, tr.Resume(o.name, o.Durable))
+	}
 	if cfg.APISocket != "" || cfg.APIAddr != "" {
 		// After the tracer loaded: without privilege, the line to give is
 		// the tracer's, which names what is missing.

@@ -16,6 +16,9 @@ type Counters struct {
 	PathFull     uint64 `json:"path_entry_failures"`
 	Decoded      uint64 `json:"records_decoded"`
 	DecodeErrors uint64 `json:"decode_errors"`
+	// ReplaySkipped counts the deliveries a restarted daemon withheld from
+	// an output because the killed one had already written them (Resume).
+	ReplaySkipped uint64 `json:"replay_skipped,omitempty"`
 }
 
 // Counters reads the per-CPU counters map.
@@ -52,5 +55,6 @@ func (t *Tracer) Counters() (Counters, error) {
 	}
 	c.Decoded = t.decoded.Load()
 	c.DecodeErrors = t.decodeErrors.Load()
+	c.ReplaySkipped = t.replaySkipped.Load()
 	return c, nil
 }

@@ -30,7 +30,9 @@ type HookStatus struct {
 	Required bool   `json:"required"`
 	Feature  string `json:"feature"`
 	Attached bool   `json:"attached"`
-	Error    string `json:"error,omitempty"`
+	// Adopted: taken over, pinned, from the previous daemon.
+	Adopted bool   `json:"adopted,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 var hooks = []hook{
@@ -53,6 +55,10 @@ var hooks = []hook{
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false,
 		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachInflight},
 }
+
+// pinned tells whether the hook's link is pinned: the iterator only runs
+// when the daemon reads it, so each daemon makes its own.
+func (h hook) pinned() bool { return h.program != "lattrace_inflight" }
 
 func attachTracing(p *ebpf.Program, _ *Tracer) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})

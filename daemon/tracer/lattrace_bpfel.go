@@ -130,10 +130,10 @@ type lattraceLtFlow struct {
 }
 
 type lattraceLtHeader struct {
-	_    structs.HostLayout
-	Kind uint32
-	Pad  uint32
-	TsNs uint64
+	_      structs.HostLayout
+	Kind   uint32
+	Layout uint32
+	TsNs   uint64
 }
 
 type lattraceLtInflight struct {
@@ -152,6 +152,12 @@ type lattraceLtInflight struct {
 	Turns          uint32
 	Pad            uint32
 }
+
+type lattraceLtLayout uint32
+
+const (
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 1
+)
 
 type lattraceLtOwner struct {
 	_        structs.HostLayout
@@ -260,6 +266,7 @@ const (
 	lattraceVarUnusedLtExchangeFlag   = "unused_lt_exchange_flag"
 	lattraceVarUnusedLtExchangeRole   = "unused_lt_exchange_role"
 	lattraceVarUnusedLtInflight       = "unused_lt_inflight"
+	lattraceVarUnusedLtLayout         = "unused_lt_layout"
 	lattraceVarUnusedLtRecordKind     = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole           = "unused_lt_role"
 	lattraceVarUseTxTstamp            = "use_tx_tstamp"
@@ -343,6 +350,7 @@ type lattraceVariableSpecs struct {
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
 	UnusedLtInflight     *ebpf.VariableSpec `ebpf:"unused_lt_inflight"`
+	UnusedLtLayout       *ebpf.VariableSpec `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
 	UseTxTstamp          *ebpf.VariableSpec `ebpf:"use_tx_tstamp"`
@@ -399,6 +407,7 @@ type lattraceVariables struct {
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
 	UnusedLtInflight     *ebpf.Variable `ebpf:"unused_lt_inflight"`
+	UnusedLtLayout       *ebpf.Variable `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
 	UseTxTstamp          *ebpf.Variable `ebpf:"use_tx_tstamp"`

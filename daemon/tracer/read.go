@@ -2,12 +2,6 @@ package tracer
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync/atomic"
-	"time"
-
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/lattrace/lattrace/daemon/record"
 )
@@ -20,61 +14,63 @@ type Sink interface {
 	ConnOpen(record.ConnOpen)
 	ConnClose(record.ConnClose)
 	// Flush is called after each drain of the ring buffer, so a sink can
-	// batch its output per drain instead of per record.
+	// batch its output per drain instead of per record. The drained records
+	// are released to the kernel after Flush returns.
 	Flush()
 }
 
 // Run drains the ring buffer until ctx is done, then drains what is left and
 // returns. The kernel submits without waking us (a wakeup costs microseconds
-// per record), so a ticker flushes the reader; past WakeupBytes of backlog
+// per record), so we drain every DrainInterval; past WakeupBytes of backlog
 // the kernel wakes us itself.
+//
+// Each drain ends with sink.Flush and only then gives the records back to
+// the kernel: a daemon killed mid-drain leaves them in the ring for the next
+// one (see Resume for outputs that must not take them twice).
 func (t *Tracer) Run(ctx context.Context, sink Sink) error {
-	ticker := time.NewTicker(t.opts.DrainInterval)
-	defer ticker.Stop()
-	stopped := make(chan struct{})
-	defer close(stopped)
-	var done atomic.Bool
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				// Detach first, so nothing is submitted after the last
-				// drain: what the kernel holds then is all read.
-				t.detach()
-				done.Store(true)
-				t.reader.Flush()
-				return
-			case <-stopped:
-				return
-			case <-ticker.C:
-				t.reader.Flush()
-			}
-		}
-	}()
-
-	var rec ringbuf.Record
+	stop := context.AfterFunc(ctx, t.ring.interrupt)
+	defer stop()
 	for {
-		err := t.reader.ReadInto(&rec)
-		switch {
-		case err == nil:
-			t.decode(rec.RawSample, sink)
-		case errors.Is(err, ringbuf.ErrFlushed):
-			// Everything submitted before the flush has been read.
-			sink.Flush()
-			if done.Load() {
-				return nil
-			}
-		case errors.Is(err, ringbuf.ErrClosed):
+		stopping := ctx.Err() != nil
+		if stopping && t.opts.PinPath == "" {
+			// Detach first, so nothing is submitted after the last drain:
+			// what the kernel holds then is all read. Pinned programs stay
+			// attached for the next daemon, which reads on from here.
+			t.detach()
+		}
+		t.drain(sink)
+		if stopping {
 			return nil
-		default:
-			return fmt.Errorf("reading ring buffer: %w", err)
+		}
+		if err := t.ring.wait(t.opts.DrainInterval); err != nil {
+			return err
 		}
 	}
 }
 
+// drain hands every record the kernel has submitted to sink, then releases
+// them. A drain is bounded by what was there when it started, plus what
+// arrives while it runs, so a busy kernel cannot keep it from flushing:
+// it stops after one ring's worth.
+func (t *Tracer) drain(sink Sink) {
+	limit := t.ring.pending() + t.ring.mask + 1
+	for t.ring.pending() < limit {
+		raw, end, ok := t.ring.next()
+		if !ok {
+			break
+		}
+		t.pos = end
+		t.decode(raw, sink)
+	}
+	sink.Flush()
+	t.ring.commit()
+}
+
 func (t *Tracer) decode(raw []byte, sink Sink) {
 	hdr, ok := view[lattraceLtHeader](raw)
-	if !ok {
+	if !ok || lattraceLtLayout(hdr.Layout) != lattraceLtLayoutLT_LAYOUT {
+		// Too short, or written by programs of another version (a pinned
+		// ring outlives the daemon): counted, never guessed at.
 		t.decodeErrors.Add(1)
 		return
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 )
 
@@ -38,7 +37,12 @@ type Options struct {
 	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
 	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
 	NoTxTimestamps bool
-	Logger         *slog.Logger
+	// PinPath, on a BPF filesystem, keeps the maps and links pinned there
+	// after the daemon exits, so the programs trace on and the next Open
+	// with the same path adopts them and reads the records made meanwhile
+	// (see pin.go). Empty: everything goes with the process.
+	PinPath string
+	Logger  *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -61,12 +65,20 @@ type Tracer struct {
 	links   []link.Link
 	linksMu sync.Mutex
 	hooks   []HookStatus
-	reader  *ringbuf.Reader
+	ring    *ring
+	ringID  uint64 // the ring buffer map's kernel id: output cursors refer to it
+	// pos is the ring position just past the record being delivered.
+	pos uint64
 	// inflight walks the socket storage for exchanges in progress; nil
 	// when the kernel refused the iterator.
 	inflight *link.Iter
+	// With PinPath: the locked directory and the state map (generation,
+	// output cursors).
+	pin   *pinDir
+	state *ebpf.Map
+	gen   uint64
 
-	decoded, decodeErrors atomic.Uint64
+	decoded, decodeErrors, replaySkipped atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and
@@ -99,17 +111,36 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded BPF object: %w", err)
 	}
-	for name, v := range map[string]any{
+	settings := map[string]any{
 		"wakeup_bytes":  opts.WakeupBytes,
 		"use_tx_tstamp": !opts.NoTxTimestamps,
 		"filter_cgroup": filter,
-	} {
+	}
+	for name, v := range settings {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
 	t := &Tracer{opts: opts}
-	if err := t.loadMaps(spec); err != nil {
+	adopt := false
+	if opts.PinPath != "" {
+		if t.pin, err = openPinDir(opts.PinPath); err != nil {
+			return nil, err
+		}
+		fresh, err := t.loadPinnedMaps(spec, opts.PinPath)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		gen := generation(fmt.Sprintf("%v cgroup=%s", settings, opts.CgroupPath))
+		adopt = !fresh && t.pinnedGeneration() == gen
+		if !adopt {
+			// The new generation's links replace the old ones below;
+			// until it is stored, a crash leaves nothing to adopt.
+			t.state.Delete(keyOf(generationKey))
+		}
+		t.gen = gen
+	} else if err = t.loadMaps(spec); err != nil {
 		return nil, err
 	}
 	if filter {
@@ -118,13 +149,27 @@ func Open(opts Options) (*Tracer, error) {
 			return nil, err
 		}
 	}
-	if err := t.attachAll(spec, kernelTypes); err != nil {
+	if err := t.attachAll(spec, kernelTypes, adopt); err != nil {
 		t.Close()
 		return nil, err
 	}
-	if t.reader, err = ringbuf.NewReader(t.maps.Maps["events"]); err != nil {
+	events := t.maps.Maps["events"]
+	if info, ierr := events.Info(); ierr == nil {
+		id, _ := info.ID()
+		t.ringID = uint64(id)
+	}
+	if t.ring, err = newRing(events); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("opening ring buffer: %w", err)
+	}
+	if opts.PinPath != "" {
+		// Now the pinned links run this generation's programs.
+		if err := t.state.Put(keyOf(generationKey), stateValue{A: t.gen}); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("storing the pinned programs' generation: %w", err)
+		}
+		opts.Logger.Info("kernel side pinned", "pin_path", opts.PinPath, "adopted", adopt,
+			"unread_bytes", t.ring.backlog())
 	}
 	return t, nil
 }
@@ -143,11 +188,29 @@ func (t *Tracer) loadMaps(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec) error {
+// attachAll attaches every hook, or with adopt takes over the links the
+// previous daemon pinned for the same programs.
+func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, adopt bool) error {
 	var missing []string
 	for _, h := range hooks {
-		err := t.attach(spec, kernelTypes, h)
-		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil}
+		var err error
+		adopted := false
+		pinned := t.pin != nil && h.pinned()
+		if pinned && adopt {
+			adopted, err = t.adopt(h)
+		}
+		if !adopted && err == nil {
+			if pinned {
+				t.unpinOld(h)
+			}
+			err = t.attach(spec, kernelTypes, h)
+			if err == nil && pinned {
+				if perr := t.links[len(t.links)-1].Pin(t.pin.linkPath(h.program)); perr != nil {
+					err = fmt.Errorf("pinning: %w", perr)
+				}
+			}
+		}
+		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil, Adopted: adopted}
 		if err != nil {
 			st.Error = err.Error()
 			if h.required {
@@ -204,11 +267,12 @@ func (t *Tracer) Programs() map[string]*ebpf.Program {
 	return out
 }
 
-// Close detaches every hook and frees the programs and maps.
+// Close detaches every hook and frees the programs and maps; pinned ones
+// stay in the kernel for the next daemon.
 func (t *Tracer) Close() error {
 	var errs []error
-	if t.reader != nil {
-		errs = append(errs, t.reader.Close())
+	if t.ring != nil {
+		errs = append(errs, t.ring.close())
 	}
 	errs = append(errs, t.detach())
 	for _, p := range t.progs {
@@ -217,6 +281,10 @@ func (t *Tracer) Close() error {
 	if t.maps != nil {
 		t.maps.Close()
 	}
+	if t.state != nil {
+		t.state.Close()
+	}
+	errs = append(errs, t.pin.close())
 	return errors.Join(errs...)
 }
 

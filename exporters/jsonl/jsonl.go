@@ -4,7 +4,7 @@
 package jsonl
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"sync"
@@ -12,21 +12,27 @@ import (
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
-// Writer encodes records to an io.Writer, buffered until Flush.
+// Writer encodes records to an io.Writer, buffered until Flush, which
+// writes the whole batch with one call: a daemon killed between two drains
+// has written whole drains, which is what lets the next one resume exactly
+// where it stopped (tracer.Resume).
 type Writer struct {
 	mu      sync.Mutex
-	buf     *bufio.Writer
+	out     io.Writer
+	buf     bytes.Buffer
 	enc     *json.Encoder
 	err     error
 	dropped uint64
+	lines   uint64 // in buf
 	// OnError, if set, is called once, with the first write error.
 	OnError func(error)
 }
 
 // New returns a Writer on w.
 func New(w io.Writer) *Writer {
-	buf := bufio.NewWriterSize(w, 64*1024)
-	return &Writer{buf: buf, enc: json.NewEncoder(buf)}
+	x := &Writer{out: w}
+	x.enc = json.NewEncoder(&x.buf)
+	return x
 }
 
 // Line types, the "type" field of each JSON object.
@@ -70,6 +76,7 @@ func (w *Writer) write(v any) {
 		w.dropped++
 		return
 	}
+	w.lines++
 	w.fail(w.enc.Encode(v))
 }
 
@@ -88,10 +95,25 @@ func (w *Writer) fail(err error) {
 func (w *Writer) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err == nil {
-		w.fail(w.buf.Flush())
+	if w.err == nil && w.buf.Len() > 0 {
+		if _, err := w.out.Write(w.buf.Bytes()); err != nil {
+			w.fail(err)
+			w.dropped += w.lines - 1 // the batch's lines, fail counted one
+		}
+	}
+	w.buf.Reset()
+	w.lines = 0
+	// A burst's buffer is not kept for the quiet that follows.
+	if w.buf.Cap() > maxKeptBuffer {
+		w.buf = bytes.Buffer{}
 	}
 }
+
+const maxKeptBuffer = 4 << 20
+
+// Sync reports whether everything taken so far was written (the first
+// write error, if any): lines are written at Flush.
+func (w *Writer) Sync() error { return w.Err() }
 
 // Dropped counts the records not written because of an error.
 func (w *Writer) Dropped() uint64 {

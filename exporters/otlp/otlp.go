@@ -112,6 +112,9 @@ type Config struct {
 	MaxExportBatchSize int
 	// ExportTimeout bounds one export call with its retries (default 30 s).
 	ExportTimeout time.Duration
+	// SyncTimeout bounds how long Sync waits for the backend to
+	// acknowledge a drain's spans (default 2 s).
+	SyncTimeout time.Duration
 	// RetryMaxElapsed is how long a failing batch is retried before it is
 	// dropped (default 1 min); retries back off from 500 ms to 5 s.
 	RetryMaxElapsed time.Duration
@@ -137,6 +140,9 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = 2 * time.Second
+	}
 	if c.Protocol == "" {
 		c.Protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
@@ -211,6 +217,10 @@ type Exporter struct {
 
 	exchanges, sampledSlow, sampledRate, droppedSampling, droppedQueue  atomic.Uint64
 	spansQueued, spansExported, spansFailed, exportErrors, metricErrors atomic.Uint64
+	// synced is spansQueued at the last Sync that saw them exported;
+	// failing is set by a failed export and cleared by a good one.
+	synced  uint64
+	failing atomic.Bool
 
 	shutdownOnce sync.Once
 }
@@ -332,6 +342,39 @@ func (x *Exporter) ConnClose(c record.ConnClose) {
 // Flush does nothing: the batch processor and the periodic reader batch.
 func (x *Exporter) Flush() {}
 
+// errBackendFailing: Sync does not wait for a backend whose last export
+// failed; its spans wait in the bounded queue (drops counted) and the
+// batch processor goes on retrying.
+var errBackendFailing = errors.New("otlp: the backend's last export failed; spans wait in the queue")
+
+// Sync waits, at most SyncTimeout, until the spans queued so far are
+// acknowledged by the backend, so that a daemon with pinned maps releases a
+// drain's records only once their spans are out (tracer.Resume). While the
+// backend is failing it returns at once: the tracer is never held up.
+func (x *Exporter) Sync() error {
+	if x.tp == nil {
+		return nil
+	}
+	queued := x.spansQueued.Load()
+	if queued == x.synced {
+		return nil
+	}
+	if x.failing.Load() {
+		return errBackendFailing
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), x.cfg.SyncTimeout)
+	defer cancel()
+	errs := x.exportErrors.Load()
+	if err := x.tp.ForceFlush(ctx); err != nil {
+		return fmt.Errorf("otlp: waiting for the backend: %w", err)
+	}
+	if x.exportErrors.Load() != errs {
+		return errBackendFailing
+	}
+	x.synced = queued
+	return nil
+}
+
 // ForceFlush exports what is queued and collects the metrics now.
 func (x *Exporter) ForceFlush(ctx context.Context) error {
 	var errs []error
@@ -391,8 +434,10 @@ func (c *countingSpanExporter) ExportSpans(ctx context.Context, spans []sdktrace
 	if err != nil {
 		c.x.exportErrors.Add(1)
 		c.x.spansFailed.Add(uint64(len(spans)))
+		c.x.failing.Store(true)
 	} else {
 		c.x.spansExported.Add(uint64(len(spans)))
+		c.x.failing.Store(false)
 	}
 	return err
 }
