@@ -321,6 +321,11 @@ func kernelBTF(path string) (*btf.Spec, error) {
 func explainLoadError(what string, err error) error {
 	switch {
 	case errors.Is(err, os.ErrPermission):
+		// checkPrivileges has passed by now: with the capabilities in
+		// hand, EPERM is the kernel's policy for this kind of program.
+		if checkPrivileges() == nil {
+			return fmt.Errorf("%s: the kernel refused it (operation not permitted, although lattrace has the capabilities it needs: this kernel or its sandbox does not allow this kind of program)", what)
+		}
 		return fmt.Errorf("%s: permission denied: lattrace needs root, or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN", what)
 	}
 	var ve *ebpf.VerifierError
