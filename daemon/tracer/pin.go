@@ -65,7 +65,7 @@ type pinDir struct {
 }
 
 func openPinDir(path string) (*pinDir, error) {
-	if err := checkBPFFS(filepath.Dir(filepath.Clean(path))); err != nil {
+	if err := checkBPFFS(filepath.Clean(path)); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(path, linksDir), 0o700); err != nil {
@@ -96,8 +96,10 @@ func (p *pinDir) linkPath(program string) string {
 	return filepath.Join(p.path, linksDir, program)
 }
 
-// checkBPFFS says in one line why pinning cannot work when dir is not on a
-// BPF filesystem (bpffs is not mounted at boot everywhere).
+// checkBPFFS says in one line why pinning cannot work when dir, or the
+// nearest of its parents that exists, is not on a BPF filesystem (bpffs is
+// not mounted at boot everywhere; in a pod, the pin directory itself is the
+// mount).
 func checkBPFFS(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		var st unix.Statfs_t

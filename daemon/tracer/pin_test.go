@@ -1,0 +1,166 @@
+package tracer
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/lattrace/lattrace/daemon/record"
+)
+
+// TestPinnedUpgrade follows one connection across an upgrade of the kernel
+// side: a daemon with other programs (here: another load-time setting, so
+// another generation) replaces the pinned links on the same maps, and the
+// exchange that was in progress at the switch is completed by the new
+// programs from the state the old ones left. A third daemon of the new
+// generation then adopts the links as they are.
+func TestPinnedUpgrade(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-%d", os.Getpid())
+	t.Cleanup(func() { Cleanup(dir) })
+
+	a, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
+	}
+	colA := &collector{}
+	stopA := runCollector(t, a, colA)
+	if _, err := Open(Options{PinPath: dir}); err == nil || !strings.Contains(err.Error(), "in use by another lattrace daemon") {
+		t.Fatalf("a second daemon on the same pins: %v", err)
+	}
+	var oldIDs []ebpf.ProgramID
+	for _, p := range a.Programs() {
+		if info, err := p.Info(); err == nil {
+			if id, ok := info.ID(); ok {
+				oldIDs = append(oldIDs, id)
+			}
+		}
+	}
+
+	// A connection with one exchange done and the next one's request out
+	// before the switch; its response comes after.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	release := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 100)
+		for i := 0; ; i++ {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if i == 1 {
+				<-release
+			}
+			c.Write(make([]byte, 200))
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange := func(wait bool) {
+		if _, err := c.Write(make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if wait {
+			if _, err := io.ReadFull(c, make([]byte, 200)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	exchange(true)
+	exchange(false) // in progress across the switch
+	time.Sleep(50 * time.Millisecond)
+	switched := record.Now()
+	stopA()
+
+	b, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond, NoTxTimestamps: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range b.Hooks() {
+		if h.Adopted {
+			t.Errorf("hook %s adopted across a change of programs", h.Hook)
+		}
+	}
+	for _, id := range oldIDs {
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			p.Close()
+			t.Errorf("program %d of the old generation is still loaded: its link was not replaced", id)
+		}
+	}
+	colB := &collector{}
+	stopB := runCollector(t, b, colB)
+	close(release)
+	if _, err := io.ReadFull(c, make([]byte, 200)); err != nil {
+		t.Fatal(err)
+	}
+	exchange(true)
+	local := c.LocalAddr().String()
+	c.Close()
+	colB.find(t, netip.MustParseAddrPort(local))
+	stopB()
+
+	// The exchange in progress at the switch: started under the old
+	// programs, closed by the new ones, in one record.
+	var across *record.Exchange
+	for _, e := range colB.exchanges {
+		if e.Flow.Local.String() == local && e.Role == record.Requester && e.Start < switched && e.End > switched {
+			across = e
+		}
+	}
+	if across == nil || across.BytesOut != 100 || across.BytesIn != 200 {
+		t.Fatalf("no whole record of the exchange in progress at the switch (start before %d): %+v", switched, across)
+	}
+
+	c2, err := Open(Options{PinPath: dir, NoTxTimestamps: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range c2.Hooks() {
+		if h.Attached && !h.Adopted && h.Program != "lattrace_inflight" {
+			t.Errorf("hook %s not adopted by a daemon of the same generation", h.Hook)
+		}
+	}
+	c2.Close()
+	removed, err := Cleanup(dir)
+	if err != nil || len(removed) < len(pinnedMaps)+1 {
+		t.Fatalf("Cleanup: %v, removed %v", err, removed)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s left after Cleanup", dir)
+	}
+}
+
+// TestRecordOfAnotherLayout: a record left in a pinned ring by programs of
+// another version is counted, never decoded as if it were ours.
+func TestRecordOfAnotherLayout(t *testing.T) {
+	tr := &Tracer{}
+	raw := make([]byte, 512)
+	raw[0] = byte(lattraceLtRecordKindLT_RECORD_EXCHANGE)
+	raw[4] = byte(lattraceLtLayoutLT_LAYOUT + 1)
+	col := &collector{}
+	tr.decode(raw, col)
+	if len(col.exchanges) != 0 || tr.decodeErrors.Load() != 1 {
+		t.Errorf("a record of layout %d: %d decoded, %d errors", raw[4], len(col.exchanges), tr.decodeErrors.Load())
+	}
+	raw[4] = byte(lattraceLtLayoutLT_LAYOUT)
+	tr.decode(raw, col)
+	if len(col.exchanges) != 1 {
+		t.Errorf("a record of our layout was not decoded")
+	}
+}
