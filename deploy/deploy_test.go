@@ -133,7 +133,7 @@ func TestChart(t *testing.T) {
 		}
 		checkDaemonSet(t, ds, set != nil)
 		conf := cm.Data["config.yaml"]
-		if !strings.Contains(conf, `metrics_addr: "0.0.0.0:9464"`) || (set != nil) != strings.Contains(conf, `otlp_endpoint: "collector.obs:4317"`) {
+		if !strings.Contains(conf, `metrics_addr: "0.0.0.0:9464"`) || !strings.Contains(conf, `pin_path: "/sys/fs/bpf/lattrace"`) || (set != nil) != strings.Contains(conf, `otlp_endpoint: "collector.obs:4317"`) {
 			t.Errorf("config.yaml:\n%s", conf)
 		}
 	}
@@ -174,9 +174,16 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, memlock bool) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
-	for _, p := range []string{"/sys/fs/cgroup", "/run/lattrace", "/etc/lattrace"} {
+	for _, p := range []string{"/sys/fs/cgroup", "/run/lattrace", "/etc/lattrace", "/sys/fs/bpf/lattrace"} {
 		if _, ok := mounts[p]; !ok {
 			t.Errorf("no mount at %s", p)
+		}
+	}
+	// Pinning needs the node's bpffs, but only lattrace's own directory of
+	// it: the rest holds other agents' maps.
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/sys/fs/bpf") && v.HostPath.Path != "/sys/fs/bpf/lattrace" {
+			t.Errorf("volume %s mounts %s of the node's bpffs, beyond lattrace's directory", v.Name, v.HostPath.Path)
 		}
 	}
 	if ann := ds.Spec.Template.Annotations; ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != "9464" {
