@@ -68,7 +68,10 @@ func newRing(m *ebpf.Map) (*ring, error) {
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err == nil {
-		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, m.FD(), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(m.FD())})
+		// Edge-triggered: the ring is readable whenever it holds a record,
+		// and level-triggered polling would wake us for every record the
+		// kernel submits without a wakeup; we want its wakeups only.
+		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, m.FD(), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(m.FD())})
 	}
 	if err == nil {
 		err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)})
