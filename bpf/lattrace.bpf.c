@@ -989,21 +989,16 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
-/* The iterator over the socket storage: one lt_inflight per followed
- * socket, for the live view. It reads only socket metadata, like the rest. */
-SEC("iter/bpf_sk_storage_map")
-int lattrace_inflight(struct bpf_iter__bpf_sk_storage_map *ctx)
+/* One lt_inflight for a followed socket, for the live view. It reads only
+ * socket metadata, like the rest. */
+static __always_inline void write_inflight(struct seq_file *seq, struct sock *sk, struct lt_sock *st)
 {
-	struct sock *sk = ctx->sk;
-	struct lt_sock *st = ctx->value;
 	struct lt_inflight rec = {};
 	struct tcp_sock *tp;
 
-	if (!sk || !st)
-		return 0;
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
-		return 0;
+		return;
 	rec.cookie = bpf_get_socket_cookie(sk);
 	rec.flow = st->flow;
 	rec.owner = st->owner;
@@ -1020,6 +1015,38 @@ int lattrace_inflight(struct bpf_iter__bpf_sk_storage_map *ctx)
 		rec.bytes_out = tp->write_seq - st->out_seq_start;
 		rec.bytes_in = tp->rcv_nxt - st->in_seq_start;
 	}
-	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
+	bpf_seq_write(seq, &rec, sizeof(rec));
+}
+
+/* The iterator over the socket storage: every followed socket of the node. */
+SEC("iter/bpf_sk_storage_map")
+int lattrace_inflight(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+	struct lt_sock *st = ctx->value;
+
+	if (sk && st)
+		write_inflight(ctx->meta->seq, sk, st);
+	return 0;
+}
+
+/* The fallback where the kernel refuses iterators over map elements: the
+ * TCP sockets of the reader's network namespace, each looked up in the
+ * socket storage. */
+SEC("iter/tcp")
+int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	st = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (st)
+		write_inflight(ctx->meta->seq, (struct sock *)tp, st);
 	return 0;
 }

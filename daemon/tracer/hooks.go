@@ -21,6 +21,9 @@ type hook struct {
 	required bool
 	feature  string
 	attach   func(*ebpf.Program, *Tracer) (link.Link, error)
+	// fallbackFor names the hook this one stands in for: it is tried
+	// only when that one is refused.
+	fallbackFor string
 }
 
 // HookStatus says whether one hook is live, for the log and the API.
@@ -54,11 +57,13 @@ var hooks = []hook{
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false,
 		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachInflight},
+	{program: "lattrace_inflight_tcp", hook: "iter/tcp", required: false, fallbackFor: "lattrace_inflight",
+		feature: "exchanges in progress, of the daemon's own network namespace only (where iterators over socket storage are refused)", attach: attachInflight},
 }
 
 // pinned tells whether the hook's link is pinned: the iterator only runs
 // when the daemon reads it, so each daemon makes its own.
-func (h hook) pinned() bool { return h.program != "lattrace_inflight" }
+func (h hook) pinned() bool { return !strings.HasPrefix(h.program, "lattrace_inflight") }
 
 func attachTracing(p *ebpf.Program, _ *Tracer) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})
@@ -69,7 +74,11 @@ func attachSockops(p *ebpf.Program, t *Tracer) (link.Link, error) {
 }
 
 func attachInflight(p *ebpf.Program, t *Tracer) (link.Link, error) {
-	it, err := link.AttachIter(link.IterOptions{Program: p, Map: t.maps.Maps["socks"]})
+	opts := link.IterOptions{Program: p}
+	if info, err := p.Info(); err == nil && info.Name == "lattrace_inflight" {
+		opts.Map = t.maps.Maps["socks"] // the socket storage iterator walks that map
+	}
+	it, err := link.AttachIter(opts)
 	if err != nil {
 		return nil, err
 	}

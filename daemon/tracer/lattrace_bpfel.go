@@ -250,6 +250,7 @@ const (
 	lattraceMapSocks                  = "socks"
 	lattraceProgLattraceCongState     = "lattrace_cong_state"
 	lattraceProgLattraceInflight      = "lattrace_inflight"
+	lattraceProgLattraceInflightTcp   = "lattrace_inflight_tcp"
 	lattraceProgLattraceProbe         = "lattrace_probe"
 	lattraceProgLattraceRecvLength    = "lattrace_recv_length"
 	lattraceProgLattraceRetransmit    = "lattrace_retransmit"
@@ -317,6 +318,7 @@ type lattraceSpecs struct {
 type lattraceProgramSpecs struct {
 	LattraceCongState     *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
 	LattraceInflight      *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
+	LattraceInflightTcp   *ebpf.ProgramSpec `ebpf:"lattrace_inflight_tcp"`
 	LattraceProbe         *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
 	LattraceRecvLength    *ebpf.ProgramSpec `ebpf:"lattrace_recv_length"`
 	LattraceRetransmit    *ebpf.ProgramSpec `ebpf:"lattrace_retransmit"`
@@ -420,6 +422,7 @@ type lattraceVariables struct {
 type lattracePrograms struct {
 	LattraceCongState     *ebpf.Program `ebpf:"lattrace_cong_state"`
 	LattraceInflight      *ebpf.Program `ebpf:"lattrace_inflight"`
+	LattraceInflightTcp   *ebpf.Program `ebpf:"lattrace_inflight_tcp"`
 	LattraceProbe         *ebpf.Program `ebpf:"lattrace_probe"`
 	LattraceRecvLength    *ebpf.Program `ebpf:"lattrace_recv_length"`
 	LattraceRetransmit    *ebpf.Program `ebpf:"lattrace_retransmit"`
@@ -433,6 +436,7 @@ func (p *lattracePrograms) Close() error {
 	return _LattraceClose(
 		p.LattraceCongState,
 		p.LattraceInflight,
+		p.LattraceInflightTcp,
 		p.LattraceProbe,
 		p.LattraceRecvLength,
 		p.LattraceRetransmit,

@@ -192,7 +192,11 @@ func (t *Tracer) loadMaps(spec *ebpf.CollectionSpec) error {
 // previous daemon pinned for the same programs.
 func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, adopt bool) error {
 	var missing []string
+	attached := map[string]bool{}
 	for _, h := range hooks {
+		if h.fallbackFor != "" && attached[h.fallbackFor] {
+			continue
+		}
 		var err error
 		adopted := false
 		pinned := t.pin != nil && h.pinned()
@@ -210,6 +214,7 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 				}
 			}
 		}
+		attached[h.program] = err == nil
 		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil, Adopted: adopted}
 		if err != nil {
 			st.Error = err.Error()
@@ -218,6 +223,8 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 			} else {
 				t.opts.Logger.Warn("optional hook unavailable; feature disabled", "hook", h.hook, "feature", h.feature, "err", err)
 			}
+		} else if h.fallbackFor != "" {
+			t.opts.Logger.Warn("fallback hook attached; feature reduced", "hook", h.hook, "feature", h.feature)
 		}
 		t.hooks = append(t.hooks, st)
 	}
