@@ -113,7 +113,8 @@ type Config struct {
 	// ExportTimeout bounds one export call with its retries (default 30 s).
 	ExportTimeout time.Duration
 	// SyncTimeout bounds how long Sync waits for the backend to
-	// acknowledge a drain's spans (default 2 s).
+	// acknowledge a drain's spans (default 1 s); a backend that takes
+	// longer counts as failing until an export succeeds.
 	SyncTimeout time.Duration
 	// RetryMaxElapsed is how long a failing batch is retried before it is
 	// dropped (default 1 min); retries back off from 500 ms to 5 s.
@@ -141,7 +142,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.SyncTimeout <= 0 {
-		c.SyncTimeout = 2 * time.Second
+		c.SyncTimeout = time.Second
 	}
 	if c.Protocol == "" {
 		c.Protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -366,6 +367,9 @@ func (x *Exporter) Sync() error {
 	defer cancel()
 	errs := x.exportErrors.Load()
 	if err := x.tp.ForceFlush(ctx); err != nil {
+		// A backend that does not answer in time is failing until an
+		// export gets through: the next drains do not wait for it.
+		x.failing.Store(true)
 		return fmt.Errorf("otlp: waiting for the backend: %w", err)
 	}
 	if x.exportErrors.Load() != errs {

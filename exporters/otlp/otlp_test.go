@@ -3,6 +3,7 @@ package otlp_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -432,5 +433,55 @@ func TestHTTPProtocol(t *testing.T) {
 	c.WaitForMetric(t, otlp.MetricDuration, wait)
 	if _, err := otlp.New(context.Background(), otlp.Config{Protocol: "carrier-pigeon"}); err == nil {
 		t.Error("an unknown protocol was accepted")
+	}
+}
+
+// Sync is what lets a pinned daemon release a drain's records only once
+// their spans are out: it returns when the collector has them, does not
+// hold the tracer while the collector is down, and works again once an
+// export gets through.
+func TestSync(t *testing.T) {
+	c := otelcol.Start(t)
+	// A batch timeout far beyond the test: only Sync sends.
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, BatchTimeout: time.Hour, SyncTimeout: 500 * ms, RetryMaxElapsed: 200 * ms})
+	for range 3 {
+		x.Exchange(requester(0, 0, 0))
+	}
+	if err := x.Sync(); err != nil {
+		t.Fatalf("Sync with the collector up: %v", err)
+	}
+	if st := x.Stats(); st.SpansExported != st.SpansQueued || st.SpansQueued != 21 {
+		t.Errorf("after Sync: %+v, want all 21 spans exported", st)
+	}
+	c.WaitForSpans(t, 3, wait, isExchange)
+
+	c.Kill()
+	x.Exchange(requester(0, 0, 0))
+	if err := x.Sync(); err == nil {
+		t.Fatal("Sync said the spans were out with the collector down")
+	}
+	x.Exchange(requester(0, 0, 0))
+	start := time.Now()
+	err := x.Sync()
+	if err == nil || !strings.Contains(err.Error(), "last export failed") {
+		t.Fatalf("Sync while the backend is failing: %v", err)
+	}
+	t.Logf("second Sync with the collector down returned in %v", time.Since(start))
+
+	c.Restart()
+	// The batch processor retries on its own; once an export got through,
+	// Sync waits for the backend again.
+	exported := x.Stats().SpansExported
+	for deadline := time.Now().Add(wait); x.Stats().SpansExported == exported; {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing exported after the collector came back: %+v", x.Stats())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
+		_ = x.ForceFlush(ctx)
+		cancel()
+	}
+	x.Exchange(requester(0, 0, 0))
+	if err := x.Sync(); err != nil {
+		t.Fatalf("Sync after the collector came back: %v (stats %+v)", err, x.Stats())
 	}
 }
