@@ -291,8 +291,16 @@ func (d *Daemon) health() api.Health {
 		h.Problems = append(h.Problems, "reading the kernel counters: "+err.Error())
 	}
 	h.Kernel = c
+	// A hook whose fallback stands in is no problem: the fallback's own
+	// status says what it covers.
+	covered := map[string]bool{}
 	for _, hk := range h.Hooks {
-		if !hk.Attached {
+		if hk.Attached && hk.FallbackFor != "" {
+			covered[hk.FallbackFor] = true
+		}
+	}
+	for _, hk := range h.Hooks {
+		if !hk.Attached && !covered[hk.Program] {
 			h.Problems = append(h.Problems, fmt.Sprintf("hook %s not attached (%s): %s", hk.Hook, hk.Feature, hk.Error))
 		}
 	}

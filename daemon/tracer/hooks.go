@@ -33,6 +33,9 @@ type HookStatus struct {
 	Required bool   `json:"required"`
 	Feature  string `json:"feature"`
 	Attached bool   `json:"attached"`
+	// FallbackFor names the hook this one stands in for, when it is a
+	// fallback.
+	FallbackFor string `json:"fallback_for,omitempty"`
 	// Adopted: taken over, pinned, from the previous daemon.
 	Adopted bool   `json:"adopted,omitempty"`
 	Error   string `json:"error,omitempty"`

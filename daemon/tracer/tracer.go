@@ -215,7 +215,7 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 			}
 		}
 		attached[h.program] = err == nil
-		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil, Adopted: adopted}
+		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil, Adopted: adopted, FallbackFor: h.fallbackFor}
 		if err != nil {
 			st.Error = err.Error()
 			if h.required {
