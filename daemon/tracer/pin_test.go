@@ -164,3 +164,124 @@ func TestRecordOfAnotherLayout(t *testing.T) {
 		t.Errorf("a record of our layout was not decoded")
 	}
 }
+
+// durable is a collector that is an output: what it took is out for good.
+type durable struct{ collector }
+
+func (*durable) Sync() error { return nil }
+
+// both hands every record to two sinks, as the daemon's fan-out does.
+type both [2]Sink
+
+func (b both) Exchange(e *record.Exchange) { b[0].Exchange(e); b[1].Exchange(e) }
+func (b both) ConnOpen(o record.ConnOpen)   { b[0].ConnOpen(o); b[1].ConnOpen(o) }
+func (b both) ConnClose(c record.ConnClose) { b[0].ConnClose(c); b[1].ConnClose(c) }
+func (b both) Flush()                       { b[0].Flush(); b[1].Flush() }
+
+// TestResumeAfterKillMidDrain stops a daemon at the worst instant: its
+// output has written a drain (and stored how far it got) but the drain was
+// not released to the kernel. The next daemon reads the same records again:
+// its aggregator (a plain sink) gets them all, its output none of them, and
+// then everything new.
+func TestResumeAfterKillMidDrain(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-resume-%d", os.Getpid())
+	t.Cleanup(func() { Cleanup(dir) })
+	a, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 100)
+				for {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					c.Write(buf)
+				}
+			}()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	talk := func(n int) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			c.Write(make([]byte, 100))
+			io.ReadFull(c, make([]byte, 100))
+		}
+		c.Close()
+	}
+	talk(10)
+	time.Sleep(100 * time.Millisecond)
+
+	// The first daemon's drain, by hand, up to the output's flush; then it
+	// dies without releasing the records.
+	outA := &durable{}
+	sinkA := a.Resume("test", outA)
+	for {
+		raw, end, ok := a.ring.next()
+		if !ok {
+			break
+		}
+		a.pos = end
+		a.decode(raw, sinkA)
+	}
+	sinkA.Flush()
+	a.Close()
+	took := ours(outA.exchanges, port)
+	if len(took) < 20 {
+		t.Fatalf("the first daemon's output took %d of the 20 exchanges", len(took))
+	}
+
+	b, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, outB := &collector{}, &durable{}
+	stop := runCollector(t, b, both{agg, b.Resume("test", outB)})
+	time.Sleep(100 * time.Millisecond)
+	talk(5)
+	time.Sleep(100 * time.Millisecond)
+	counters, _ := b.Counters()
+	stop()
+	replayed, got := ours(agg.exchanges, port), ours(outB.exchanges, port)
+	for k := range took {
+		if !replayed[k] {
+			t.Errorf("exchange %s was not read again by the next daemon", k)
+		}
+		if got[k] {
+			t.Errorf("exchange %s written again by the next daemon's output", k)
+		}
+	}
+	if len(got) != 10 || len(replayed) != 30 {
+		t.Errorf("next daemon: its output took %d exchanges (want the 10 new ones), its aggregator %d (want 20 again + 10)", len(got), len(replayed))
+	}
+	if counters.ReplaySkipped < uint64(len(took)) {
+		t.Errorf("replay_skipped %d, fewer than the %d exchanges withheld", counters.ReplaySkipped, len(took))
+	}
+}
+
+// ours keys the exchanges of connections to port (both ends).
+func ours(es []*record.Exchange, port uint16) map[string]bool {
+	m := map[string]bool{}
+	for _, e := range es {
+		if e.Flow.Local.Port() == port || e.Flow.Remote.Port() == port {
+			m[fmt.Sprintf("%d/%d/%d", e.Cookie, e.OutSeq, e.InSeq)] = true
+		}
+	}
+	return m
+}

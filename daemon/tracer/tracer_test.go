@@ -76,7 +76,7 @@ func openTracer(t testing.TB) (*Tracer, *collector) {
 }
 
 // runCollector drains tr into col until the returned stop is called.
-func runCollector(t testing.TB, tr *Tracer, col *collector) (stop func()) {
+func runCollector(t testing.TB, tr *Tracer, col Sink) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx, col) }()
