@@ -173,7 +173,7 @@ func (*durable) Sync() error { return nil }
 // both hands every record to two sinks, as the daemon's fan-out does.
 type both [2]Sink
 
-func (b both) Exchange(e *record.Exchange) { b[0].Exchange(e); b[1].Exchange(e) }
+func (b both) Exchange(e *record.Exchange)  { b[0].Exchange(e); b[1].Exchange(e) }
 func (b both) ConnOpen(o record.ConnOpen)   { b[0].ConnOpen(o); b[1].ConnOpen(o) }
 func (b both) ConnClose(c record.ConnClose) { b[0].ConnClose(c); b[1].ConnClose(c) }
 func (b both) Flush()                       { b[0].Flush(); b[1].Flush() }
