@@ -40,6 +40,12 @@ func NewInCluster(log *slog.Logger) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
+	return NewForConfig(cfg, log)
+}
+
+// NewForConfig connects with cfg.
+func NewForConfig(cfg *rest.Config, log *slog.Logger) (*Resolver, error) {
+	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "lattrace"
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
