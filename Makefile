@@ -13,7 +13,7 @@ PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdu
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol image helm manifests
+.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests
 
 all: build
 
@@ -82,9 +82,14 @@ lint:
 otelcol:
 	@tests/otelcol/build.sh >/dev/null
 
+# A real kube-apiserver with an embedded etcd for the Kubernetes names tests,
+# built the same way (tests/kubeapi; cold: ~8 min on 2 cores).
+kubeapi:
+	@tests/kubeapi/build.sh >/dev/null
+
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic.
-test: setup mounts check-generate lint build otelcol helm
+test: setup mounts check-generate lint build otelcol kubeapi helm
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 clean:

@@ -141,6 +141,13 @@ func TestAPIServer(t *testing.T) {
 		_, byIP := r.ByIP(netip.MustParseAddr("10.1.1.7"))
 		return !byC && !byIP
 	})
+	// Its address goes to a new pod, while the finished one still lists
+	// it in its status.
+	api.runningPod(livePod("shop", "web-1", "node-b", rs, false), map[string]string{"web": "0eb1"}, "10.1.1.7")
+	eventually(t, "the address's new pod", func() bool {
+		n, _ := r.ByIP(netip.MustParseAddr("10.1.1.7"))
+		return n != nil && n.Pod == "web-1"
+	})
 
 	if err := client.CoreV1().Services("shop").Delete(api.ctx, "payments", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -148,6 +155,26 @@ func TestAPIServer(t *testing.T) {
 	eventually(t, "the deleted Service forgotten", func() bool {
 		_, ok := r.ByIP(netip.MustParseAddr("10.96.0.30"))
 		return !ok
+	})
+
+	// An address behind two Services is named by the first by name, and
+	// keeps the other when one's slice goes; an endpoint that is no pod
+	// (a Service without a selector) is named by its Service.
+	api.slice("cart-canary-1", "cart-canary", "10.1.0.6")
+	api.slice("external-1", "external", "172.20.0.9")
+	eventually(t, "the second Service's slice", func() bool {
+		n, _ := r.ByIP(netip.MustParseAddr("172.20.0.9"))
+		return n != nil && *n == record.K8s{Namespace: "shop", Service: "external"}
+	})
+	if n, _ := r.ByIP(netip.MustParseAddr("10.1.0.6")); n == nil || n.Service != "cart" {
+		t.Errorf("two Services: %+v (want the first by name, cart)", n)
+	}
+	if err := client.DiscoveryV1().EndpointSlices("shop").Delete(api.ctx, "cart-abcde", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other Service kept", func() bool {
+		n, _ := r.ByIP(netip.MustParseAddr("10.1.0.6"))
+		return n != nil && n.Service == "cart-canary" && n.Pod == "cart-7d9f-y3"
 	})
 }
 
