@@ -18,6 +18,8 @@ import (
 // Handler receives a recording's lines in file order; nil fields skip
 // their lines (which are then not even decoded).
 type Handler struct {
+	// Header is called first, once the header is read and accepted.
+	Header    func(*Header)
 	Exchange  func(*record.Exchange)
 	ConnOpen  func(*record.ConnOpen)
 	ConnClose func(*record.ConnClose)
@@ -71,6 +73,9 @@ func Read(r io.Reader, h Handler) (Header, End, error) {
 		return hdr, end, fmt.Errorf("a version %d recording; this lattrace reads version %d (use the lattrace that wrote it, or a newer one)", hdr.Version, Version)
 	}
 
+	if h.Header != nil {
+		h.Header(&hdr)
+	}
 	d := decoder{h: h, quit: make(chan struct{})}
 	defer close(d.quit)
 	batches := make(chan *batch, 2*runtime.GOMAXPROCS(0))
