@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/recording"
 )
@@ -42,15 +43,16 @@ type LostLine struct {
 
 // Row is one line of the summary table.
 type Row struct {
-	ID          string   `json:"id"`
-	Name        string   `json:"name"`
-	Side        string   `json:"side"`
-	Connections int      `json:"connections"`
-	Duration    Stats    `json:"duration"`
-	Retransmits uint64   `json:"retransmits"`
-	Split       Split    `json:"split"`
-	Dominant    string   `json:"dominant"`
-	Diagnoses   []string `json:"diagnoses"`
+	ID          string            `json:"id"`
+	Key         aggregate.PeerKey `json:"key"`
+	Name        string            `json:"name"`
+	Side        string            `json:"side"`
+	Connections int               `json:"connections"`
+	Duration    Stats             `json:"duration"`
+	Retransmits uint64            `json:"retransmits"`
+	Split       Split             `json:"split"`
+	Dominant    string            `json:"dominant"`
+	Diagnoses   []string          `json:"diagnoses"`
 	// Drawn: the pair has its charts further down.
 	Drawn bool `json:"drawn"`
 }
@@ -249,7 +251,7 @@ func (b *builder) row(p *pairAcc) (Row, [8]float64) {
 		means[j] /= float64(max(len(p.points), 1))
 	}
 	r := Row{
-		ID: pairID(p.key), Name: PairName(p.key), Side: string(p.key.Side),
+		ID: pairID(p.key), Key: p.key, Name: PairName(p.key), Side: string(p.key.Side),
 		Connections: len(p.flows), Duration: StatsOf(durs), Retransmits: p.retr,
 	}
 	r.Split, r.Dominant = splitOf(means)
