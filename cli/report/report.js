@@ -177,7 +177,11 @@
     report.charts.map((c) => ({
       pair: c.pair,
       kind: c.kind,
-      series: c.chart.getOption().series.map((s) => ({ name: s.name, type: s.type, points: (s.data || []).length })),
+      series: c.chart.getOption().series.map((s) => ({
+        name: s.name, type: s.type, points: (s.data || []).length,
+        // A bar's values, summed: how many exchanges a histogram holds.
+        total: s.type === "bar" ? s.data.reduce((a, b) => a + b, 0) : undefined,
+      })),
     }));
   report.ready = true;
 })();
