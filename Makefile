@@ -10,10 +10,13 @@ LDFLAGS := -X github.com/lattrace/lattrace/cli.version=$(VERSION)
 
 # Debian packages: build tools, and what the tests drive (network lab, peers).
 PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdump tshark util-linux tmux
+# Only the tests need a browser (tests/report opens lattrace report's page
+# headless); it is large, so `make run` does not install it.
+TEST_PKGS := chromium
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests
+.PHONY: all setup browser mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests
 
 all: build
 
@@ -24,6 +27,11 @@ setup:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 	@command -v $(GO) >/dev/null || { echo "Go is not installed (want go >= 1.24 on PATH)"; exit 1; }
+
+browser:
+	@dpkg-query -W -f='$${Status}\n' $(TEST_PKGS) 2>/dev/null | grep -q '^install ok installed' || { \
+		echo "installing:" $(TEST_PKGS); \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_PKGS) >/dev/null; }
 
 # bpffs for pinned maps, tracefs for classic tracepoints: neither is mounted
 # at boot on every machine.
@@ -89,7 +97,7 @@ kubeapi:
 
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic.
-test: setup mounts check-generate lint build otelcol kubeapi helm
+test: setup browser mounts check-generate lint build otelcol kubeapi helm
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 clean:

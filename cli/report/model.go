@@ -116,8 +116,10 @@ type Stacked struct {
 // retransmissions.
 type FlowLine struct {
 	Name string `json:"name"`
-	Cwnd XY     `json:"cwnd"`
-	SRTT XY     `json:"srtt"`
+	// Label is the local end, enough to tell the pair's connections apart.
+	Label string `json:"label"`
+	Cwnd  XY     `json:"cwnd"`
+	SRTT  XY     `json:"srtt"`
 	// Retrans are (time, cwnd, retransmissions) where they happened.
 	Retrans [][3]float64 `json:"retrans"`
 	// RetransOf is how many sample points had retransmissions.
@@ -133,10 +135,13 @@ type ExchangeDiagnosis struct {
 	Fix      string `json:"fix"`
 }
 
-// FlowDiagnoses are one connection's findings over the recording.
-type FlowDiagnoses struct {
-	Flow      string             `json:"flow"`
-	Diagnoses []record.Diagnosis `json:"diagnoses"`
+// FlowDiagnosis is one finding given to some of a pair's connections
+// (and not to the pair as a whole), with the connection where it explains
+// the most latency as the example.
+type FlowDiagnosis struct {
+	Flows   int              `json:"flows"`
+	Example string           `json:"example_flow"`
+	Worst   record.Diagnosis `json:"worst"`
 }
 
 // Pair is one peer pair's charts.
@@ -154,7 +159,7 @@ type Pair struct {
 	// more).
 	Turns         []int               `json:"turns"`
 	Diagnoses     []record.Diagnosis  `json:"diagnoses"`
-	FlowDiagnoses []FlowDiagnoses     `json:"flow_diagnoses"`
+	FlowDiagnoses []FlowDiagnosis     `json:"flow_diagnoses"`
 	ExchangeDx    []ExchangeDiagnosis `json:"exchange_diagnoses"`
 }
 
@@ -353,20 +358,33 @@ func (b *builder) pair(p *pairAcc, row Row) Pair {
 	}
 
 	out.Flows = b.flowLines(p)
-	// A connection's findings are listed when the pair's do not already
-	// say them (one slow connection among many).
+	// Connections' findings the pair's do not already say (one slow
+	// connection among many), one line per finding.
+	byName := map[record.DiagnosisName]*FlowDiagnosis{}
 	for _, fi := range p.flows {
 		f := b.flows[fi]
-		var own []record.Diagnosis
 		for _, d := range b.flowDx[f.key] {
-			if !slices.ContainsFunc(p.diagnoses, func(x record.Diagnosis) bool { return x.Name == d.Name }) {
-				own = append(own, d)
+			if slices.ContainsFunc(p.diagnoses, func(x record.Diagnosis) bool { return x.Name == d.Name }) {
+				continue
+			}
+			x := byName[d.Name]
+			if x == nil {
+				x = &FlowDiagnosis{}
+				byName[d.Name] = x
+			}
+			x.Flows++
+			if x.Example == "" || d.Share > x.Worst.Share {
+				x.Example, x.Worst = flowName(f), d
 			}
 		}
-		if len(own) > 0 && len(out.FlowDiagnoses) < 10 {
-			out.FlowDiagnoses = append(out.FlowDiagnoses, FlowDiagnoses{Flow: flowName(f), Diagnoses: own})
-		}
 	}
+	out.FlowDiagnoses = []FlowDiagnosis{}
+	for _, x := range byName {
+		out.FlowDiagnoses = append(out.FlowDiagnoses, *x)
+	}
+	slices.SortFunc(out.FlowDiagnoses, func(a, b FlowDiagnosis) int {
+		return cmp.Or(cmp.Compare(b.Worst.Share, a.Worst.Share), cmp.Compare(a.Worst.Name, b.Worst.Name))
+	})
 	for _, x := range p.exDiag {
 		out.ExchangeDx = append(out.ExchangeDx, *x)
 	}
@@ -414,7 +432,7 @@ func (b *builder) flowLines(p *pairAcc) []FlowLine {
 		for i := range s {
 			t[i], cwnd[i], srtt[i], retr[i] = s[i].t, float64(s[i].cwnd), float64(s[i].srtt), float64(s[i].retr)
 		}
-		fl := FlowLine{Name: flowName(f), Cwnd: XY{Of: len(s)}, SRTT: XY{Of: len(s)}, Retrans: [][3]float64{}}
+		fl := FlowLine{Name: flowName(f), Label: f.key.Flow.Local.String(), Cwnd: XY{Of: len(s)}, SRTT: XY{Of: len(s)}, Retrans: [][3]float64{}}
 		for _, i := range MinMax(t, cwnd, b.o.Points) {
 			fl.Cwnd.T = append(fl.Cwnd.T, t[i])
 			fl.Cwnd.V = append(fl.Cwnd.V, cwnd[i])

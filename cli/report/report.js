@@ -15,7 +15,7 @@
   };
   const layerColors = ["#4aa564", "#e8833a", "#3b7dd8"];
   const retransColor = "#c62828";
-  const fmtMs = (v) => (v >= 100 ? v.toFixed(0) + " ms" : v >= 1 ? v.toPrecision(3) + " ms" : (v * 1000).toPrecision(3) + " µs");
+  const fmtMs = (v) => (v === 0 ? "0" : v >= 100 ? v.toFixed(0) + " ms" : v >= 1 ? v.toPrecision(3) + " ms" : (v * 1000).toPrecision(3) + " µs");
   const fmtCount = (n) => n.toLocaleString("en-US");
   const zip = (t, v) => t.map((x, i) => [x, v[i]]);
   const drawn = (kept, of, what) =>
@@ -117,7 +117,7 @@
         tooltip: { formatter: (x) => `${x.data.retrans} retransmission(s) at ${x.value[0].toFixed(3)} s, cwnd ${x.value[1]}` },
       });
       const sub = p.flows.length
-        ? `${p.flows.length} of ${p.flows_of} connection(s), the most sampled: ` + p.flows.map((f, i) => `#${i + 1} ${f.name}`).join("; ")
+        ? `${p.flows.length} of ${p.flows_of} connection(s), the most sampled: ` + p.flows.map((f, i) => `#${i + 1} ${f.label}`).join(", ")
         : "no RTT/cwnd samples for this pair";
       return Object.assign(base("cwnd and srtt over time, with retransmissions", sub), {
         tooltip: { trigger: "axis", confine: true },

@@ -202,6 +202,7 @@ type expected struct {
 	distinct      int      // distinct durations (the app CDF's points)
 	exchangeDx    int      // distinct diagnosis names given to exchanges
 	pairDx        int      // findings stored for the pair
+	flowDx        int      // findings of its connections the pair's do not say
 	sampledFlows  int      // flows with RTT/cwnd samples
 	retransSample bool     // a sample with retransmissions exists
 }
@@ -214,6 +215,8 @@ func expectations(t *testing.T, path string, netnsA, netnsB uint32) map[record.R
 	distinct := map[record.Role]map[float32]bool{record.RoleClient: {}, record.RoleServer: {}}
 	dx := map[record.Role]map[record.DiagnosisName]bool{record.RoleClient: {}, record.RoleServer: {}}
 	sampled := map[record.Role]map[uint64]bool{record.RoleClient: {}, record.RoleServer: {}}
+	flowDx := map[record.Role]map[record.DiagnosisName]bool{record.RoleClient: {}, record.RoleServer: {}}
+	pairDx := map[record.Role][]record.DiagnosisName{}
 	side := func(f record.Flow) (record.Role, bool) {
 		switch {
 		case f.Netns == netnsA && f.Remote.Port() == port:
@@ -260,12 +263,20 @@ func expectations(t *testing.T, path string, netnsA, netnsB uint32) map[record.R
 			}
 		},
 		Diagnoses: func(d *recording.Diagnoses) {
-			if d.Scope != recording.ScopePeer {
+			if d.Scope == recording.ScopeFlow {
+				if s, ok := side(d.Flow.Flow); ok {
+					for _, x := range d.Diagnoses {
+						flowDx[s][x.Name] = true
+					}
+				}
 				return
 			}
 			for s, netns := range map[record.Role]uint32{record.RoleClient: netnsA, record.RoleServer: netnsB} {
 				if d.Peer.Netns == netns && (d.Peer.RemotePort == port || d.Peer.LocalPort == port) {
 					out[s].pairDx = len(d.Diagnoses)
+					for _, x := range d.Diagnoses {
+						pairDx[s] = append(pairDx[s], x.Name)
+					}
 				}
 			}
 		},
@@ -287,6 +298,11 @@ func expectations(t *testing.T, path string, netnsA, netnsB uint32) map[record.R
 		w.distinct = len(distinct[s])
 		w.exchangeDx = len(dx[s])
 		w.sampledFlows = len(sampled[s])
+		for name := range flowDx[s] {
+			if !slices.Contains(pairDx[s], name) {
+				w.flowDx++
+			}
+		}
 	}
 	return out
 }
@@ -453,8 +469,8 @@ func check(t *testing.T, s seen, w *expected, netns uint32, side record.Role) {
 	for _, x := range s.Sections {
 		if x.Netns == netns && x.Side == string(side) {
 			sec = x.Pair
-			if x.Scopes["exchange"] != w.exchangeDx || x.Scopes["pair"] != w.pairDx {
-				t.Errorf("diagnoses table: %v rows by scope, want %d for the pair and %d for exchanges", x.Scopes, w.pairDx, w.exchangeDx)
+			if x.Scopes["exchange"] != w.exchangeDx || x.Scopes["pair"] != w.pairDx || x.Scopes["flow"] != w.flowDx {
+				t.Errorf("diagnoses table: %v rows by scope, want %d for the pair, %d for connections and %d for exchanges", x.Scopes, w.pairDx, w.flowDx, w.exchangeDx)
 			}
 		}
 	}
