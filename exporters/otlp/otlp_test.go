@@ -469,13 +469,16 @@ func TestSync(t *testing.T) {
 	t.Logf("second Sync with the collector down returned in %v", time.Since(start))
 
 	c.Restart()
-	// The batch processor retries on its own; once an export got through,
-	// Sync waits for the backend again.
+	// Once an export gets through, Sync waits for the backend again. The
+	// spans queued during the outage may already be retried out (counted in
+	// SpansFailed) while gRPC reconnects, so each try queues a new exchange:
+	// there is always something to send.
 	exported := x.Stats().SpansExported
 	for deadline := time.Now().Add(wait); x.Stats().SpansExported == exported; {
 		if time.Now().After(deadline) {
 			t.Fatalf("nothing exported after the collector came back: %+v", x.Stats())
 		}
+		x.Exchange(requester(0, 0, 0))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
 		_ = x.ForceFlush(ctx)
 		cancel()
@@ -483,5 +486,9 @@ func TestSync(t *testing.T) {
 	x.Exchange(requester(0, 0, 0))
 	if err := x.Sync(); err != nil {
 		t.Fatalf("Sync after the collector came back: %v (stats %+v)", err, x.Stats())
+	}
+	// Nothing lost uncounted: every span was exported or counted as failed.
+	if st := x.Stats(); st.SpansQueued != st.SpansExported+st.SpansFailed || st.QueueDepth != 0 {
+		t.Errorf("after the outage: %+v, want queued = exported + failed and an empty queue", st)
 	}
 }
