@@ -59,9 +59,9 @@ var hooks = []hook{
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false,
-		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachInflight},
+		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachStorageIter},
 	{program: "lattrace_inflight_tcp", hook: "iter/tcp", required: false, fallbackFor: "lattrace_inflight",
-		feature: "exchanges in progress, of the daemon's own network namespace only (where iterators over socket storage are refused)", attach: attachInflight},
+		feature: "exchanges in progress, of the daemon's own network namespace only (where iterators over socket storage are refused)", attach: attachTCPIter},
 }
 
 // pinned tells whether the hook's link is pinned: the iterator only runs
@@ -76,11 +76,19 @@ func attachSockops(p *ebpf.Program, t *Tracer) (link.Link, error) {
 	return link.AttachCgroup(link.CgroupOptions{Path: t.opts.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
 }
 
-func attachInflight(p *ebpf.Program, t *Tracer) (link.Link, error) {
-	opts := link.IterOptions{Program: p}
-	if info, err := p.Info(); err == nil && info.Name == "lattrace_inflight" {
-		opts.Map = t.maps.Maps["socks"] // the socket storage iterator walks that map
-	}
+// attachStorageIter links the iterator over the socket storage: it walks
+// that map, so the link names it.
+func attachStorageIter(p *ebpf.Program, t *Tracer) (link.Link, error) {
+	return attachIter(link.IterOptions{Program: p, Map: t.maps.Maps["socks"]}, t)
+}
+
+// attachTCPIter links the iterator over the TCP sockets of the daemon's
+// network namespace.
+func attachTCPIter(p *ebpf.Program, t *Tracer) (link.Link, error) {
+	return attachIter(link.IterOptions{Program: p}, t)
+}
+
+func attachIter(opts link.IterOptions, t *Tracer) (link.Link, error) {
 	it, err := link.AttachIter(opts)
 	if err != nil {
 		return nil, err
