@@ -128,7 +128,9 @@ struct path_key {
  * take the minimum of those taken while it was in flight, and into a
  * longer windowed minimum for exchanges that saw none. Every sample (clean
  * or not: none is below the propagation delay) lowers the path's minimum,
- * which ages out so a route change is learnt. LRU-bounded. */
+ * the clean ones as they come and the others through their socket's
+ * minimum RTT at each exchange's end; it ages out so a route change is
+ * learnt. LRU-bounded. */
 #define PATH_BUCKETS 16
 #define PATH_BUCKET_NS (32ULL * 1000 * 1000)
 #define PATH_MIN_AGE_NS (300ULL * 1000 * 1000 * 1000)
@@ -205,14 +207,17 @@ static __always_inline __u32 winmin_get(const struct winmin *w, __u64 now)
 	return w->cur;
 }
 
+/* tp_btf arguments are trusted BTF pointers: their fields are read with
+ * plain (CO-RE relocated) loads, several times cheaper than a
+ * bpf_probe_read_kernel call each. BPF_CORE_READ stays where a pointer
+ * is cast beyond its BTF type. */
 static __always_inline bool is_tcp(const struct sock *sk)
 {
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 family = sk->__sk_common.skc_family;
 
 	if (family != AF_INET && family != AF_INET6)
 		return false;
-	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP &&
-	       BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
+	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
 }
 
 static __always_inline void read_flow(const struct sock *sk, struct lt_flow *f)
@@ -361,7 +366,7 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 		return WAIT_RWND;
 	if (in_flight(tp) >= tp->snd_cwnd)
 		return WAIT_CWND;
-	if (BPF_CORE_READ(sk, sk_wmem_queued) >= BPF_CORE_READ(sk, sk_sndbuf))
+	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;
 	return WAIT_OTHER;
 }
@@ -540,7 +545,7 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 	 * first skb queued after this point. */
 	st->cur.cwnd_start = tp->snd_cwnd;
 	st->cur.rwnd_start = tp->snd_wnd;
-	if (BPF_CORE_READ(sk, __sk_common.skc_net.net, ipv4.sysctl_tcp_slow_start_after_idle))
+	if (sk->__sk_common.skc_net.net->ipv4.sysctl_tcp_slow_start_after_idle)
 		st->cur.flags |= LT_EX_SSAI;
 	st->wait_last_ns = now;
 	st->wait_cause = classify(sk, tp);
@@ -657,18 +662,21 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
 		if (!st || !rtt)
 			return 1;
+		/* Clean samples only: a pure ACK (no reply data riding on it, so
+		 * no peer think time) of the middle of a message, with more of it
+		 * in flight (so not the delayed ACK of its last segment). The
+		 * other samples reach the path's minimum through the socket's
+		 * own minimum, at each exchange's end: the path map is a hash
+		 * lookup, too dear for every ACK. */
+		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
+		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
+			return 1;
 		p = path_get(&st->flow);
 		if (!p) {
 			count(LT_CNT_PATH_FULL);
 			return 1;
 		}
 		path_min_add(p, rtt, now);
-		/* Clean samples only: a pure ACK (no reply data riding on it, so
-		 * no peer think time) of the middle of a message, with more of it
-		 * in flight (so not the delayed ACK of its last segment). */
-		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
-		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
-			return 1;
 		path_clean_add(p, rtt, now);
 		return 1;
 	}
@@ -700,7 +708,7 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		if (!st || st->phase == PHASE_NONE || st->out_seq_end == st->out_seq_start)
 			return 1;
 		skb = kctx->skb;
-		shinfo = (struct skb_shared_info *)(BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, end));
+		shinfo = (struct skb_shared_info *)(skb->head + skb->end);
 		bpf_probe_read_kernel(&tskey, sizeof(tskey), &shinfo->tskey);
 		end = tskey + 1;
 		if (!before_eq(st->out_seq_end, end))
@@ -814,11 +822,13 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	if (!tp)
 		return 0;
 	now = bpf_ktime_get_ns();
-	seq = BPF_CORE_READ(cb, seq);
-	end_seq = BPF_CORE_READ(cb, end_seq);
-	ack_seq = BPF_CORE_READ(cb, ack_seq);
+	/* skb->cb is a byte array the verifier lets a program read as the
+	 * control block it holds. */
+	seq = cb->seq;
+	end_seq = cb->end_seq;
+	ack_seq = cb->ack_seq;
 	len = end_seq - seq;
-	if (BPF_CORE_READ(cb, tcp_flags) & 0x01) /* FIN takes a sequence number, not data */
+	if (cb->tcp_flags & 0x01) /* FIN takes a sequence number, not data */
 		len = len ? len - 1 : 0;
 	st->last_in_len_zero = len == 0;
 	st->last_in_ns = now;
@@ -851,7 +861,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	st->last_activity_ns = now;
 	/* A segment beyond rcv_nxt means one before it was lost: the hole
 	 * stays open until the out-of-order queue empties. */
-	ooo = BPF_CORE_READ(tp, out_of_order_queue.rb_node) != 0;
+	ooo = tp->out_of_order_queue.rb_node != 0;
 	if (after(seq, tp->rcv_nxt) && !st->hole_start_ns)
 		st->hole_start_ns = now;
 	else if (!ooo && st->hole_start_ns && !after(seq, tp->rcv_nxt)) {
@@ -898,7 +908,7 @@ int BPF_PROG(lattrace_retransmit, struct sock *sk, struct sk_buff *skb, int err)
 	/* A retransmission of the out message after its last byte was first
 	 * sent and before the reply: the time since x1 is lost to recovery
 	 * (the last one that happens is the one that got through). */
-	seq = BPF_CORE_READ(cb, seq);
+	seq = cb->seq;
 	if (st->phase == PHASE_OUT && !after(st->out_seq_start, seq) && after(st->out_seq_end, seq)) {
 		now = bpf_ktime_get_ns();
 		st->cur.loss_out_ns = now - st->cur.x1;
