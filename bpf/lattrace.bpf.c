@@ -46,9 +46,9 @@ const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 
 /* Set by the loader. */
-/* Wake user space only once the ring holds this many bytes; below it the
- * daemon drains on a timer. A wakeup costs microseconds here, far more than
- * a record. */
+/* Wake user space each time the backlog grows by this many bytes; between
+ * wakeups the daemon drains on a timer. A wakeup costs microseconds here,
+ * far more than a record. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
 /* Use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15). */
 const volatile bool use_tx_tstamp = true;
@@ -105,7 +105,8 @@ struct lt_sock {
 	__u8 tstamp;           /* TX timestamping enabled on this socket */
 	__u8 partial;          /* socket first seen after it was established */
 	__u8 emitted_any;
-	__u8 _pad[2];
+	__u8 msg_tstamp;       /* the out message's last write is TX timestamped */
+	__u8 rtt_cb;           /* RTT callbacks are on for this socket */
 };
 
 struct {
@@ -130,7 +131,13 @@ struct path_key {
  * or not: none is below the propagation delay) lowers the path's minimum,
  * the clean ones as they come and the others through their socket's
  * minimum RTT at each exchange's end; it ages out so a route change is
- * learnt. LRU-bounded. */
+ * learnt.
+ *
+ * The table is an array used as a two-way set-associative cache: an
+ * exchange's end reads it, and an array slot costs a few instructions
+ * where a hash map's lookup cost more than the rest of the hook. A path
+ * takes the less recently used of its two slots; taking one that was
+ * still in use counts in LT_CNT_PATH_FULL. */
 #define PATH_BUCKETS 16
 #define PATH_BUCKET_NS (32ULL * 1000 * 1000)
 #define PATH_MIN_AGE_NS (300ULL * 1000 * 1000 * 1000)
@@ -144,11 +151,20 @@ struct path_rtt {
 	__u32 _pad;
 };
 
+#define PATH_SETS 8192 /* of two slots: 16384 paths */
+#define PATH_RECENT_NS (60ULL * 1000 * 1000 * 1000)
+
+struct path_slot {
+	struct path_key key; /* all zero: free */
+	__u64 last_ns;       /* last use */
+	struct path_rtt rtt;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct path_key);
-	__type(value, struct path_rtt);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * PATH_SETS);
+	__type(key, __u32);
+	__type(value, struct path_slot);
 } paths SEC(".maps");
 
 struct {
@@ -288,17 +304,50 @@ static __always_inline __u32 path_rtt_between(const struct path_rtt *p, __u64 fr
 	return best;
 }
 
-static __always_inline struct path_rtt *path_get(const struct lt_flow *f)
+static __always_inline bool path_key_eq(const struct path_key *a, const struct path_key *b)
 {
-	struct path_rtt *p, zero = {};
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
+}
+
+/* FNV-1a over the key's words. */
+static __always_inline __u32 path_hash(const struct path_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = 2166136261U;
+
+	for (int i = 0; i < sizeof(*k) / 4; i++)
+		h = (h ^ w[i]) * 16777619U;
+	return h ^ (h >> 16);
+}
+
+static __always_inline struct path_rtt *path_get(const struct lt_flow *f, __u64 now)
+{
+	struct path_slot *a, *b, *v;
 	struct path_key k;
+	__u32 i, j;
 
 	path_key_of(f, &k);
-	p = bpf_map_lookup_elem(&paths, &k);
-	if (p)
-		return p;
-	bpf_map_update_elem(&paths, &k, &zero, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&paths, &k);
+	i = (path_hash(&k) & (PATH_SETS - 1)) * 2;
+	j = i + 1;
+	a = bpf_map_lookup_elem(&paths, &i);
+	b = bpf_map_lookup_elem(&paths, &j);
+	if (!a || !b)
+		return 0;
+	if (path_key_eq(&a->key, &k))
+		v = a;
+	else if (path_key_eq(&b->key, &k))
+		v = b;
+	else {
+		v = a->last_ns <= b->last_ns ? a : b;
+		if (v->last_ns && now - v->last_ns < PATH_RECENT_NS)
+			count(LT_CNT_PATH_FULL);
+		__builtin_memset(&v->rtt, 0, sizeof(v->rtt));
+		v->key = k;
+	}
+	v->last_ns = now;
+	return &v->rtt;
 }
 
 /* Called from process context only: the current task owns the socket.
@@ -316,21 +365,40 @@ static __always_inline void note_owner(struct lt_owner *o)
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
 }
 
-static __always_inline void submit(void *rec)
-{
-	__u64 flags = BPF_RB_NO_WAKEUP;
+/* Ring buffer records carry an 8-byte header of the kernel's. */
+#define RINGBUF_HDR 8
 
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
-		flags = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(rec, flags);
+/* Wakeup flags for a record that takes the backlog from before to after
+ * bytes. The reader drains on a timer; it is woken only when the backlog
+ * crosses a multiple of wakeup_bytes, so a burst wakes it early. Waking it
+ * on every record past the threshold instead costs an irq_work and a
+ * self-IPI per record while the reader is on its way: about 1.3 us a
+ * record in this VM, five times the rest of the hook. */
+static __always_inline __u64 wake_flags(__u64 before, __u64 after)
+{
+	if (after / wakeup_bytes != before / wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+/* Submits a reserved record of size bytes. */
+static __always_inline void submit(void *rec, __u64 size)
+{
+	/* The reservation is already in the backlog. */
+	__u64 after = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 len = (size + RINGBUF_HDR + 7) & ~7ULL;
+
+	bpf_ringbuf_submit(rec, wake_flags(after > len ? after - len : 0, after));
 	count(LT_CNT_RECORDS);
 }
 
-static __always_inline __u64 ringbuf_flags(void)
+/* Copies size bytes from data into the ring buffer as one record. */
+static __always_inline long output(void *data, __u64 size)
 {
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
-		return BPF_RB_FORCE_WAKEUP;
-	return BPF_RB_NO_WAKEUP;
+	__u64 before = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 len = (size + RINGBUF_HDR + 7) & ~7ULL;
+
+	return bpf_ringbuf_output(&events, data, size, wake_flags(before, before + len));
 }
 
 static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
@@ -369,6 +437,36 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;
 	return WAIT_OTHER;
+}
+
+#define TCP_NAGLE_OFF 1
+#define TCP_NAGLE_CORK 2
+#define TCP_INIT_CWND 10
+
+/* Will the unsent data, this write's included, wait in the send queue
+ * rather than leave in this sendmsg? Called before the kernel pushes it:
+ * the window (cwnd, restarted after idle when slow start after idle is
+ * on, and rwnd), Nagle and corking decide. A wrong "no" only makes x1
+ * late by up to an ACK (the fallback); a wrong "yes" costs callbacks. */
+static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock *tp)
+{
+	__u32 unsent = tp->write_seq - tp->snd_nxt;
+	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
+	__u32 cwnd = tp->snd_cwnd;
+	__u8 nonagle = BPF_CORE_READ_BITFIELD(tp, nonagle);
+
+	if (!unsent)
+		return false;
+	if (after(tp->write_seq, tp->snd_una + tp->snd_wnd))
+		return true;
+	/* After an idle RTO the first transmission restarts the window. */
+	if ((st->cur.flags & LT_EX_SSAI) && !tp->packets_out && st->cur.idle_ns > 200000000ULL && cwnd > TCP_INIT_CWND)
+		cwnd = TCP_INIT_CWND;
+	if (in_flight(tp) + (unsent + mss - 1) / mss > cwnd)
+		return true;
+	if (nonagle & TCP_NAGLE_CORK)
+		return true;
+	return !(nonagle & TCP_NAGLE_OFF) && tp->packets_out && unsent % mss;
 }
 
 static __always_inline void wait_account(struct lt_sock *st, __u64 now)
@@ -462,7 +560,7 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	/* The path's clean RTT while this exchange was in flight, or failing
 	 * any such sample a recent one; else user space falls back to the
 	 * path's minimum (the handshake's sample is in it). */
-	pw = path_get(&st->flow);
+	pw = path_get(&st->flow, now);
 	rtt = 0;
 	if (!pw)
 		count(LT_CNT_PATH_FULL);
@@ -474,11 +572,11 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 			rtt = winmin_get(&pw->recent, now);
 	}
 	ex->path_rtt_us = rtt;
-	if (st->tstamp)
+	if (st->msg_tstamp)
 		ex->flags |= LT_EX_TX_TSTAMP;
 	if (st->partial && !st->emitted_any)
 		ex->flags |= LT_EX_PARTIAL;
-	if (bpf_ringbuf_output(&events, ex, sizeof(*ex), ringbuf_flags()))
+	if (output(ex, sizeof(*ex)))
 		count(LT_CNT_RINGBUF_FULL);
 	else
 		count(LT_CNT_RECORDS);
@@ -538,6 +636,7 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 		reset_exchange(st, sk, tp, first_role(st, LT_REQUESTER), now);
 	}
 	st->phase = PHASE_OUT;
+	st->msg_tstamp = 0;
 	st->cur.w0 = now;
 	st->out_seq_start = st->out_seq_end = tp->write_seq;
 	st->data_segs_out0 = tp->data_segs_out;
@@ -608,13 +707,15 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		st->partial = 0;
 		if (!st->last_activity_ns)
 			st->last_activity_ns = now;
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-						 BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
 		if (use_tx_tstamp && bpf_sock_ops_enable_tx_tstamp &&
-		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags)))
+		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags))) {
+			/* Each write then decides on RTT callbacks (SENDMSG). */
 			st->tstamp = 1;
-		else
+		} else {
 			count(LT_CNT_TSTAMP_OFF);
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
+			st->rtt_cb = 1;
+		}
 
 		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 		if (!rec) {
@@ -652,7 +753,7 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		rec->syn_ns = st->role == LT_ROLE_CLIENT ? st->syn_ns : 0;
 		rec->role = st->role;
 		rec->handshake_rtt_us = skops->srtt_us >> 3;
-		submit(rec);
+		submit(rec, sizeof(*rec));
 		return 1;
 	}
 	case BPF_SOCK_OPS_RTT_CB: {
@@ -671,7 +772,7 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
 		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
 			return 1;
-		p = path_get(&st->flow);
+		p = path_get(&st->flow, now);
 		if (!p) {
 			count(LT_CNT_PATH_FULL);
 			return 1;
@@ -693,15 +794,29 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		kctx = bpf_cast_to_kern_ctx(skops);
 		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
 		if (op == BPF_SOCK_OPS_TSTAMP_SENDMSG_CB) {
-			if (bpf_sock_ops_enable_tx_tstamp)
-				bpf_sock_ops_enable_tx_tstamp(kctx, 0);
+			struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+			bool want_rtt;
+
 			/* Fires at the end of each sendmsg, before the data is
 			 * pushed: the message's end is known before it can leave. */
-			if (st && st->phase == PHASE_OUT) {
-				struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+			if (!st || st->phase != PHASE_OUT || !tp)
+				return 1;
+			st->out_seq_end = tp->write_seq;
+			/* Timestamp the write's last byte only when it will wait
+			 * in the send queue; otherwise it leaves in this very
+			 * call and sock_send_length sees x1. Each timestamped
+			 * write costs three more callbacks. */
+			st->msg_tstamp = held_back(st, tp);
+			if (st->msg_tstamp && bpf_sock_ops_enable_tx_tstamp)
+				bpf_sock_ops_enable_tx_tstamp(kctx, 0);
+			/* A clean RTT sample needs a message of several
+			 * segments: only then are RTT callbacks worth their cost. */
+			want_rtt = tp->write_seq - st->out_seq_start > tp->mss_cache;
+			if (want_rtt != st->rtt_cb) {
+				__u32 f = skops->bpf_sock_ops_cb_flags;
 
-				if (tp)
-					st->out_seq_end = tp->write_seq;
+				bpf_sock_ops_cb_flags_set(skops, want_rtt ? f | BPF_SOCK_OPS_RTT_CB_FLAG : f & ~BPF_SOCK_OPS_RTT_CB_FLAG);
+				st->rtt_cb = want_rtt;
 			}
 			return 1;
 		}
@@ -796,7 +911,7 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	}
 	/* Without TX timestamps: if everything written has left TCP, the last
 	 * byte went out inside this write, just before now. */
-	if (!st->tstamp && !after(tp->write_seq, tp->snd_nxt))
+	if (!st->msg_tstamp && !after(tp->write_seq, tp->snd_nxt))
 		mark_x1(st, tp, now);
 	else
 		wait_account(st, now), st->wait_cause = classify(sk, tp);
@@ -835,9 +950,9 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 
 	/* The out message: acknowledged, or (without TX timestamps) sent. */
 	if (st->cur.w0 && st->out_seq_end != st->out_seq_start) {
-		if (!st->tstamp && !st->cur.x1 && !after(st->out_seq_end, tp->snd_nxt))
+		if (!st->msg_tstamp && !st->cur.x1 && !after(st->out_seq_end, tp->snd_nxt))
 			mark_x1(st, tp, now);
-		if (!st->tstamp && before_eq(st->out_seq_end, ack_seq) && st->cur.x1)
+		if (!st->msg_tstamp && before_eq(st->out_seq_end, ack_seq) && st->cur.x1)
 			mark_a1(st, now);
 		if (st->wait_last_ns) {
 			wait_account(st, now);
@@ -991,7 +1106,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	rec->send_skbs = st->send_skbs;
 	rec->role = st->role;
 	rec->_pad = 0;
-	submit(rec);
+	submit(rec, sizeof(*rec));
 	/* A socket whose connect() failed may connect again: start afresh. */
 	st->sendmsg_calls = 0;
 	st->bytes_sent = 0;

@@ -30,7 +30,7 @@ enum lt_counter {
 	LT_CNT_SOCKS_TRACKED,      /* sockets that got lattrace state */
 	LT_CNT_EXCHANGES,          /* exchanges closed (submitted or dropped) */
 	LT_CNT_TSTAMP_OFF,         /* sockets without BPF TX timestamping (reconstructed x1/a1) */
-	LT_CNT_PATH_FULL,          /* no path RTT entry could be made (LRU map contention) */
+	LT_CNT_PATH_FULL,          /* a path's RTT history was dropped for another's (its slot was used within a minute) */
 	LT_CNT_MAX,
 };
 

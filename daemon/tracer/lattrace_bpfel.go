@@ -212,31 +212,35 @@ type lattraceLtSock struct {
 	Tstamp         uint8
 	Partial        uint8
 	EmittedAny     uint8
-	Pad            [2]uint8
+	MsgTstamp      uint8
+	RttCb          uint8
 	_              [4]byte
 }
 
-type lattracePathKey struct {
-	_      structs.HostLayout
-	Addr   [16]uint8
-	Netns  uint32
-	Family uint16
-	Pad    uint16
-}
-
-type lattracePathRtt struct {
-	_      structs.HostLayout
-	Epoch  [16]uint64
-	Min    [16]uint32
-	Recent struct {
-		_        structs.HostLayout
-		CurStart uint64
-		Cur      uint32
-		Prev     uint32
+type lattracePathSlot struct {
+	_   structs.HostLayout
+	Key struct {
+		_      structs.HostLayout
+		Addr   [16]uint8
+		Netns  uint32
+		Family uint16
+		Pad    uint16
 	}
-	MinRttNsAt uint64
-	MinRttUs   uint32
-	Pad        uint32
+	LastNs uint64
+	Rtt    struct {
+		_      structs.HostLayout
+		Epoch  [16]uint64
+		Min    [16]uint32
+		Recent struct {
+			_        structs.HostLayout
+			CurStart uint64
+			Cur      uint32
+			Prev     uint32
+		}
+		MinRttNsAt uint64
+		MinRttUs   uint32
+		Pad        uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
