@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -69,6 +70,11 @@ func (c Config) Validate() error {
 	}
 	if c.Tracer.DrainInterval != 0 && (c.Tracer.DrainInterval < time.Millisecond || c.Tracer.DrainInterval > 10*time.Second) {
 		return fmt.Errorf("drain interval %v outside 1ms..10s", c.Tracer.DrainInterval)
+	}
+	if c.Tracer.RingBufferBytes != 0 {
+		if err := tracer.CheckRingBufferBytes(uint64(c.Tracer.RingBufferBytes)); err != nil {
+			return err
+		}
 	}
 	if c.Output == "none" && c.OutputPath != "" && c.OutputPath != "-" {
 		return fmt.Errorf("--output-file %s given with --output none", c.OutputPath)
@@ -162,6 +168,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 		d.otlp = x
 		d.outputs = append(d.outputs, output{"otlp", x})
+		if d.prom != nil {
+			d.prom.AddProducer(x.MetricsProducer())
+		}
 		if mp := x.MeterProvider(); mp != nil {
 			_, err := mp.Meter("github.com/lattrace/lattrace/daemon").Int64ObservableGauge("lattrace.flows",
 				metric.WithDescription("TCP flows lattrace holds statistics for"),
@@ -197,6 +206,10 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.tracer = tr
+	// Loading decoded the kernel's BTF (tens of MB of Go objects), now
+	// garbage: hand it back now rather than when the scavenger gets to it,
+	// so the daemon's resident memory is what it uses to trace.
+	debug.FreeOSMemory()
 	for _, o := range d.outputs {
 		d.sinks = append(d.sinks, tr.Resume(o.name, o.Durable))
 	}
@@ -375,7 +388,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("reading counters", "err", err)
 	}
 	a := d.agg.Stats()
-	d.logCounters("stopped", c, a)
+	if drops(c) > 0 {
+		d.logCounters(slog.LevelWarn, "stopped: records lost", c, a)
+	} else {
+		d.logCounters(slog.LevelInfo, "stopped", c, a)
+	}
 	if d.jsonl != nil && d.jsonl.Err() != nil {
 		return fmt.Errorf("writing JSON lines: %w (%d records dropped)", d.jsonl.Err(), d.jsonl.Dropped())
 	}
@@ -399,16 +416,21 @@ func (d *Daemon) reportHealth(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			if drops := c.RingbufFull + c.StorageFail + c.DecodeErrors + c.PathFull; drops != lastDrops {
-				lastDrops = drops
-				d.logCounters("records lost", c, d.agg.Stats())
+			if n := drops(c); n != lastDrops {
+				lastDrops = n
+				d.logCounters(slog.LevelWarn, "records lost", c, d.agg.Stats())
 			}
 		}
 	}
 }
 
-func (d *Daemon) logCounters(msg string, c tracer.Counters, a aggregate.Counters) {
-	d.log.Info(msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
+// drops counts what the kernel side could not record or hand over.
+func drops(c tracer.Counters) uint64 {
+	return c.RingbufFull + c.StorageFail + c.DecodeErrors + c.PathFull
+}
+
+func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a aggregate.Counters) {
+	d.log.Log(context.Background(), level, msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
 		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
 		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff,
 		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)

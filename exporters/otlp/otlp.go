@@ -55,7 +55,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -123,7 +123,9 @@ type Config struct {
 	// MetricInterval is the PeriodicReader's push interval (default 15 s).
 	MetricInterval time.Duration
 	// MetricReaders are extra readers of the same MeterProvider (e.g. a
-	// Prometheus exporter).
+	// Prometheus exporter). They read the SDK's instruments; lattrace's
+	// latency metrics come from MetricsProducer, which such a reader must
+	// be given as a producer too.
 	MetricReaders []sdkmetric.Reader
 	// MaxPeerPairs caps the distinct peer pairs (comm, remote address,
 	// server port, role) in the metrics; further pairs are folded into
@@ -269,6 +271,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	}
 
 	if !cfg.DisableMetrics || len(cfg.MetricReaders) > 0 {
+		x.m = newMetrics(instrumentation.Scope{Name: ScopeName, Version: cfg.ServiceVersion}, cfg.MaxPeerPairs)
 		mopts := []sdkmetric.Option{
 			sdkmetric.WithResource(res),
 			sdkmetric.WithCardinalityLimit(cfg.MaxPeerPairs*16 + 100),
@@ -282,20 +285,25 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 				return nil, fmt.Errorf("otlp: metric exporter: %w", err)
 			}
 			mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(
-				&countingMetricExporter{Exporter: mexp, x: x}, sdkmetric.WithInterval(cfg.MetricInterval))))
+				&countingMetricExporter{Exporter: mexp, x: x}, sdkmetric.WithInterval(cfg.MetricInterval),
+				sdkmetric.WithProducer(x.m))))
 		}
 		for _, r := range cfg.MetricReaders {
 			mopts = append(mopts, sdkmetric.WithReader(r))
 		}
 		x.mp = sdkmetric.NewMeterProvider(mopts...)
-		m, err := newMetrics(x.mp.Meter(ScopeName, metric.WithInstrumentationVersion(cfg.ServiceVersion)), cfg.MaxPeerPairs)
-		if err != nil {
-			_ = x.Shutdown(ctx)
-			return nil, err
-		}
-		x.m = m
 	}
 	return x, nil
+}
+
+// MetricsProducer hands lattrace's latency metrics to a metric reader
+// (nil with metrics off and no extra readers). The OTLP reader has it
+// already; a reader in Config.MetricReaders needs it as a producer.
+func (x *Exporter) MetricsProducer() sdkmetric.Producer {
+	if x.m == nil {
+		return nil
+	}
+	return x.m
 }
 
 // MeterProvider is the exporter's MeterProvider (nil with metrics off and

@@ -8,14 +8,18 @@
 package prometheus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,17 +27,19 @@ import (
 
 // Server is a /metrics endpoint with its own registry.
 type Server struct {
-	reg    *prometheus.Registry
-	reader sdkmetric.Reader
-	ln     net.Listener
-	srv    *http.Server
-	mux    *http.ServeMux
+	reg       *prometheus.Registry
+	reader    sdkmetric.Reader
+	producers *producers
+	ln        net.Listener
+	srv       *http.Server
+	mux       *http.ServeMux
 }
 
 // Listen opens addr (host:port) and prepares the registry; Serve answers.
 func Listen(addr string) (*Server, error) {
 	reg := prometheus.NewRegistry()
-	reader, err := otelprom.New(otelprom.WithRegisterer(reg))
+	ps := &producers{}
+	reader, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(ps))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
@@ -43,7 +49,7 @@ func Listen(addr string) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &Server{reg: reg, reader: reader, ln: ln, mux: mux,
+	return &Server{reg: reg, reader: reader, producers: ps, ln: ln, mux: mux,
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
 
@@ -53,6 +59,35 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // Reader is the OpenTelemetry metric reader to add to the MeterProvider.
 func (s *Server) Reader() sdkmetric.Reader { return s.reader }
+
+// AddProducer has each scrape also read p (the OTLP exporter's
+// MetricsProducer: lattrace's latency metrics).
+func (s *Server) AddProducer(p sdkmetric.Producer) {
+	s.producers.mu.Lock()
+	defer s.producers.mu.Unlock()
+	s.producers.ps = append(s.producers.ps, p)
+}
+
+// producers are the metric producers a scrape reads besides the SDK's
+// instruments; the reader exists before they do.
+type producers struct {
+	mu sync.Mutex
+	ps []sdkmetric.Producer
+}
+
+func (p *producers) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
+	p.mu.Lock()
+	ps := slices.Clone(p.ps)
+	p.mu.Unlock()
+	var out []metricdata.ScopeMetrics
+	var errs []error
+	for _, pr := range ps {
+		sm, err := pr.Produce(ctx)
+		out = append(out, sm...)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
 
 // Addr is where the server listens.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
