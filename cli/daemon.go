@@ -18,7 +18,7 @@ func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
 	var otlpOn bool
-	var maxPairs int
+	var maxPairs, ringMiB int
 	var cleanup bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -34,6 +34,10 @@ func newDaemon() *cobra.Command {
 				return usageError{fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", maxPairs)}
 			}
 			cfg.MaxPeerPairs = maxPairs
+			if ringMiB < 1 || ringMiB > 1024 || ringMiB&(ringMiB-1) != 0 {
+				return usageError{fmt.Errorf("--ring-buffer-mib %d: want a power of two from 1 to 1024", ringMiB)}
+			}
+			cfg.Tracer.RingBufferBytes = uint32(ringMiB) << 20
 			cfg.Version = Version()
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
@@ -62,6 +66,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.Output, "output", "jsonl", "where records go: jsonl or none")
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
+	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")

@@ -34,6 +34,11 @@ type Options struct {
 	DrainInterval time.Duration
 	// WakeupBytes is the fill level at which the kernel wakes the reader.
 	WakeupBytes uint64
+	// RingBufferBytes sizes the ring buffer (a power of two of at least a
+	// page; default DefaultRingBufferBytes). It must hold what the node
+	// makes between two drains, bursts included: 8 MiB is about 24,000
+	// records.
+	RingBufferBytes uint32
 	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
 	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
 	NoTxTimestamps bool
@@ -52,9 +57,25 @@ func (o *Options) defaults() {
 	if o.WakeupBytes == 0 {
 		o.WakeupBytes = 256 * 1024
 	}
+	if o.RingBufferBytes == 0 {
+		o.RingBufferBytes = DefaultRingBufferBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+}
+
+// DefaultRingBufferBytes is the ring buffer's size unless told otherwise.
+const DefaultRingBufferBytes = 8 << 20
+
+// CheckRingBufferBytes says whether n can size the ring buffer: the
+// kernel wants a power of two of at least a page.
+func CheckRingBufferBytes(n uint64) error {
+	page := uint64(os.Getpagesize())
+	if n < page || n > 1<<30 || n&(n-1) != 0 {
+		return fmt.Errorf("ring buffer size %d: want a power of two from %d (a page) to 1 GiB", n, page)
+	}
+	return nil
 }
 
 // Tracer is a loaded and attached set of lattrace programs.
@@ -111,6 +132,10 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded BPF object: %w", err)
 	}
+	if err := CheckRingBufferBytes(uint64(opts.RingBufferBytes)); err != nil {
+		return nil, err
+	}
+	spec.Maps["events"].MaxEntries = opts.RingBufferBytes
 	settings := map[string]any{
 		"wakeup_bytes":  opts.WakeupBytes,
 		"use_tx_tstamp": !opts.NoTxTimestamps,

@@ -302,3 +302,23 @@ func checkHooks(t *testing.T, hooks []HookStatus) {
 		}
 	}
 }
+
+// TestRingBufferSize: the ring buffer is as large as asked, and a size
+// the kernel would refuse is one line before anything loads.
+func TestRingBufferSize(t *testing.T) {
+	tr, err := Open(Options{RingBufferBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	info, err := tr.maps.Maps["events"].Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.MaxEntries != 1<<20 {
+		t.Errorf("ring buffer of %d bytes, asked for 1 MiB", info.MaxEntries)
+	}
+	if _, err := Open(Options{RingBufferBytes: 3 << 20}); err == nil || !strings.Contains(err.Error(), "power of two") {
+		t.Errorf("a 3 MiB ring buffer: %v", err)
+	}
+}
