@@ -16,7 +16,7 @@ TEST_PKGS := chromium
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests
+.PHONY: all setup browser mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools
 
 all: build
 
@@ -32,6 +32,16 @@ browser:
 	@dpkg-query -W -f='$${Status}\n' $(TEST_PKGS) 2>/dev/null | grep -q '^install ok installed' || { \
 		echo "installing:" $(TEST_PKGS); \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_PKGS) >/dev/null; }
+
+# The peers make bench measures lattrace beside (tests/bench).
+BENCH_PKGS := sockperf bpftrace libbpf-tools
+
+bench-tools:
+	@missing=$$(for p in $(BENCH_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 # bpffs for pinned maps, tracefs for classic tracepoints: neither is mounted
 # at boot on every machine.
@@ -100,5 +110,17 @@ kubeapi:
 test: setup browser mounts check-generate lint build otelcol kubeapi helm
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
+# Cost, scale and accuracy side by side with an untraced baseline and the
+# tools a user would otherwise run (about 30 minutes); writes BENCHMARKS.md
+# and its plots in docs/bench/, and the raw numbers in bench-out/.
+bench: setup bench-tools mounts build otelcol
+	$(GO) build -o bin/lattrace-bench ./tests/bench/cmd/bench
+	./bin/lattrace-bench --md BENCHMARKS.md
+
+# The same, shorter (under 5 minutes): its report goes to bench-out/quick/.
+bench-quick: setup bench-tools mounts build otelcol
+	$(GO) build -o bin/lattrace-bench ./tests/bench/cmd/bench
+	./bin/lattrace-bench --quick --out bench-out/quick --md bench-out/quick/BENCHMARKS.md
+
 clean:
-	rm -rf bin
+	rm -rf bin bench-out

@@ -89,26 +89,11 @@ type Collector struct {
 // OTLP ports accept connections, and registers t.Cleanup to stop it.
 func Start(tb testing.TB) *Collector {
 	tb.Helper()
-	bin, err := Binary()
+	c, err := prepare(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	dir := tb.TempDir()
-	c := &Collector{
-		tb:      tb,
-		bin:     bin,
-		dir:     dir,
-		config:  filepath.Join(dir, "config.yaml"),
-		logPath: filepath.Join(dir, "collector.log"),
-	}
-	if err := os.WriteFile(c.config, configYAML, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	ports, err := freePorts(2)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.grpcPort, c.httpPort = ports[0], ports[1]
+	c.tb = tb
 	tb.Cleanup(func() {
 		c.Stop()
 		if tb.Failed() {
@@ -119,6 +104,43 @@ func Start(tb testing.TB) *Collector {
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// StartIn is Start for programs that are not tests (make bench): the
+// collector writes into dir, and the caller stops it. Restart needs Start.
+func StartIn(dir string) (*Collector, error) {
+	c, err := prepare(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare builds the collector (once per process) and writes its config
+// into dir, with free loopback ports.
+func prepare(dir string) (*Collector, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{
+		bin:     bin,
+		dir:     dir,
+		config:  filepath.Join(dir, "config.yaml"),
+		logPath: filepath.Join(dir, "collector.log"),
+	}
+	if err := os.WriteFile(c.config, configYAML, 0o644); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	c.grpcPort, c.httpPort = ports[0], ports[1]
+	return c, nil
 }
 
 // GRPCEndpoint is the OTLP/gRPC receiver address, "127.0.0.1:port" (no scheme).

@@ -44,6 +44,12 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			if !near(med["network"], rtt) {
 				t.Errorf("network %v, want %v +- %v", med["network"], rtt, tolerance(rtt))
 			}
+			accuracy(t, "network (median)", "ms", msf(rtt), "injected: 10 ms each way", msf(med["network"]))
+			var server []time.Duration
+			for _, p := range pairs {
+				server = append(server, time.Duration(p.app.ServerNs))
+			}
+			accuracy(t, "app.peer (median)", "ms", msf(median(server)), "the server's own think time", msf(med["peer"]))
 			// Per exchange, the truth is read off the wire at both ends
 			// (tshark on captures of A's and B's interfaces): the lab's
 			// relay and B's wake-ups jitter on two shared vCPUs, so the
@@ -61,6 +67,7 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 					t.Fatal(err)
 				}
 				tsharkRTT := median(capture.RTTs(samples))
+				accuracy(t, "network (median)", "ms", msf(tsharkRTT), "tshark ACK RTT, capture at A", msf(med["network"]))
 				t.Logf("tshark median ACK RTT %v over %d samples, lattrace network %v", tsharkRTT, len(samples), med["network"])
 				if d := med["network"] - tsharkRTT; d.Abs() > tsharkRTT/20 {
 					t.Errorf("lattrace network median %v vs tshark ACK RTT median %v: more than 5 %% apart", med["network"], tsharkRTT)

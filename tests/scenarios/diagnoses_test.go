@@ -373,6 +373,7 @@ func TestDiagnoseWindowLimited(t *testing.T) {
 		// The app's rate while it waited: near the bottleneck's 1.25 MB/s
 		// (less the headers and the first round trips).
 		within(t, "goodput (MB/s)", evidence(t, d, "goodput_out")/1e6, 0.7, 1.3)
+		accuracy(t, "goodput while window-limited", "Mbit/s", 10*0.965, "injected 10 Mbit/s bottleneck (IP rate; TCP payload 96.5 %)", evidence(t, d, "goodput_out")*8/1e6)
 	})
 	t.Run("cwnd control: small requests", func(t *testing.T) {
 		s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
@@ -527,6 +528,7 @@ func TestDiagnoseAppDominated(t *testing.T) {
 			}
 			truth := float64(median(server)) / 1e6
 			within(t, "peer (ms)", evidence(t, d, "peer_mean"), truth-1, truth+2.5)
+			accuracy(t, "app.peer (mean)", "ms", truth, "the server's own think time (median)", evidence(t, d, "peer_mean"))
 			within(t, "network (ms)", evidence(t, d, "network_mean"), 19.5, 21.5)
 			if d.Severity != record.SeverityInfo {
 				t.Errorf("a slow peer app is %s, want info: nothing on the path to fix", d.Severity)
@@ -622,6 +624,8 @@ func TestDiagnoseDirectionAsymmetry(t *testing.T) {
 			// leaves the link, so up to 10 % more.
 			within(t, "out (Mbit/s)", evidence(t, d, "transfer_rate_out")*8/1e6, 2.8, 4.4)
 			within(t, "in (Mbit/s)", evidence(t, d, "transfer_rate_in")*8/1e6, 20, 40)
+			accuracy(t, "transfer rate up", "Mbit/s", 4*0.965, "injected 4 Mbit/s (IP rate; TCP payload 96.5 %)", evidence(t, d, "transfer_rate_out")*8/1e6)
+			accuracy(t, "transfer rate down", "Mbit/s", 40*0.965, "injected 40 Mbit/s (IP rate; TCP payload 96.5 %)", evidence(t, d, "transfer_rate_in")*8/1e6)
 		})
 	}
 }

@@ -22,11 +22,26 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/bench"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
 
 const port = 7000
+
+// accuracy hands a quantity the scenario asserts, with its truth, to
+// make bench's accuracy table (tests/bench); without
+// LATTRACE_ACCURACY_FILE it does nothing.
+func accuracy(t *testing.T, quantity, unit string, truth float64, from string, measured float64) {
+	t.Helper()
+	if err := bench.RecordAccuracy(bench.Accuracy{Scenario: t.Name(), Quantity: quantity, Unit: unit,
+		Truth: truth, TruthFrom: from, Measured: measured}); err != nil {
+		t.Errorf("recording accuracy: %v", err)
+	}
+}
+
+// msf is d in milliseconds, for accuracy rows.
+func msf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // collector keeps what the tracer reports for the lab's namespaces.
 type collector struct {

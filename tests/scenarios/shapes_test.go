@@ -65,6 +65,11 @@ func TestFamiliesAndResponder(t *testing.T) {
 				}
 				errs = append(errs, e.Components.Think-server[i])
 			}
+			var own, thinks []time.Duration
+			for i, e := range resp {
+				own, thinks = append(own, server[i]), append(thinks, e.Components.Think)
+			}
+			accuracy(t, "responder think (median)", "ms", msf(median(own)), "the server's own think time", msf(median(thinks)))
 			if m := median(errs); m.Abs() > 300*time.Microsecond {
 				t.Errorf("responder think time off the server's own measure by %v (median)", m)
 			}

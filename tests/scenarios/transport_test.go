@@ -70,6 +70,8 @@ func TestLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("tshark: A sent %d retransmissions, B %d", wireA, wireB)
+	accuracy(t, "retransmissions at A", "segments", float64(wireA), "tshark, capture at A", float64(retransA))
+	accuracy(t, "retransmissions at B", "segments", float64(wireB), "tshark, capture at B", float64(retransB))
 	if retransA != wireA || retransB != wireB {
 		t.Errorf("lattrace counted A %d B %d retransmissions, tshark A %d B %d", retransA, retransB, wireA, wireB)
 	}
@@ -191,6 +193,8 @@ func TestBufferbloat(t *testing.T) {
 	if d := ml["propagation"] - mq["propagation"]; d.Abs() > time.Millisecond {
 		t.Errorf("min RTT moved from %v to %v: it must stay flat", mq["propagation"], ml["propagation"])
 	}
+	accuracy(t, "network under load (median)", "ms", msf(pingMed), "ping through the same queue", msf(ml["network"]))
+	accuracy(t, "propagation (median)", "ms", 20, "injected: 10 ms each way", msf(ml["propagation"]))
 	if d := ml["network"] - pingMed; d.Abs() > pingMed/4 {
 		t.Errorf("network %v under load, ping through the same queue %v", ml["network"], pingMed)
 	}
@@ -227,6 +231,7 @@ func TestConnectionPerRequest(t *testing.T) {
 			t.Errorf("exchange %d: handshake %v, want between one RTT and the app's connect-to-write %v", p.app.ID, h, app)
 		}
 	}
+	accuracy(t, "handshake (median)", "ms", 20, "injected: one 20 ms round trip", msf(median(hs)))
 	if m := median(hs); !near(m, 20*time.Millisecond) {
 		t.Errorf("handshake median %v, want one RTT (20 ms)", m)
 	}
@@ -278,7 +283,7 @@ func TestSlowReader(t *testing.T) {
 		s.settle(recs)
 		pairs := s.match(recs)
 		checkSums(t, pairs)
-		var errs []time.Duration
+		var errs, truths, reads []time.Duration
 		for _, p := range pairs[1:] {
 			// The truth: the app's read returned at FirstRespByteNs; the
 			// response had arrived one RTT plus the server's time after
@@ -289,7 +294,9 @@ func TestSlowReader(t *testing.T) {
 				t.Fatalf("exchange %d: the response waited only %v: the scenario did not make a slow reader", p.app.ID, truth)
 			}
 			errs = append(errs, p.ex.Components.LocalRead-truth)
+			truths, reads = append(truths, truth), append(reads, p.ex.Components.LocalRead)
 		}
+		accuracy(t, "app.local_read (median)", "ms", msf(median(truths)), "the reader's own timestamps", msf(median(reads)))
 		if m := median(errs); m.Abs() > 2*time.Millisecond {
 			t.Errorf("local read off the truth by %v (median)", m)
 		}

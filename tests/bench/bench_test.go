@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStats(t *testing.T) {
+	if m := Median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3,1,2 = %v", m)
+	}
+	if m := Median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("median of 4,1,2,3 = %v", m)
+	}
+	if !math.IsNaN(Median(nil)) {
+		t.Error("median of nothing is a number")
+	}
+	if q := Quantile([]float64{0, 10}, 0.25); q != 2.5 {
+		t.Errorf("quantile 0.25 of 0,10 = %v", q)
+	}
+	r := Ratios([]float64{90, 45, 30}, []float64{100, 50, 0})
+	if len(r) != 2 || r[0] != 0.9 || r[1] != 0.9 {
+		t.Errorf("ratios %v: want the pairs of the same repetition, a zero baseline skipped", r)
+	}
+	s := SpreadOf([]float64{5, 1, 3, 2, 4})
+	if s.N != 5 || s.Median != 3 || s.Min != 1 || s.Max != 5 || s.Q1 != 2 || s.Q3 != 4 {
+		t.Errorf("spread %+v", s)
+	}
+	if got := Rotate([]int{1, 2, 3}, 4); got[0] != 2 || got[1] != 3 || got[2] != 1 {
+		t.Errorf("rotate by 4: %v", got)
+	}
+}
+
+// A ping-pong run as sockperf 3.7 prints it.
+const sockperfOut = `sockperf: == version #3.7-no.git ==
+sockperf[CLIENT] send on:sockperf: using recvfrom() to block on socket(s)
+[ 0] IP = 127.0.0.1       PORT = 11111 # TCP
+sockperf: Warmup stage (sending a few dummy messages)...
+sockperf: Starting test...
+sockperf: Test end (interrupted by timer)
+sockperf: Test ended
+sockperf: [Total Run] RunTime=2.000 sec; Warm up time=400 msec; SentMessages=111889; ReceivedMessages=111888
+sockperf: ========= Printing statistics for Server No: 0
+sockperf: [Valid Duration] RunTime=1.545 sec; SentMessages=89873; ReceivedMessages=89873
+sockperf: ====> avg-latency=8.564 (std-dev=63.268)
+`
+
+func TestParsers(t *testing.T) {
+	r, err := parseSockperf(sockperfOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Rate-89873/1.545) > 1e-6 || r.RoundTrips != 111888 {
+		t.Errorf("sockperf: %+v", r)
+	}
+	if _, err := parseSockperf("sockperf: ERROR: connect failed"); err == nil {
+		t.Error("sockperf output without a summary was taken")
+	}
+	r, err = parseIperf([]byte(`{"end":{"sum_received":{"bits_per_second":2.5e10}}}`))
+	if err != nil || r.Rate != 25 {
+		t.Errorf("iperf3: %+v %v", r, err)
+	}
+	if _, err := parseIperf([]byte(`{"error":"unable to connect to server"}`)); err == nil || !strings.Contains(err.Error(), "unable to connect") {
+		t.Errorf("iperf3 error: %v", err)
+	}
+	m, err := parseMetrics(strings.NewReader(`# TYPE lattrace_records_decoded_total counter
+lattrace_records_decoded_total 42
+# TYPE lattrace_flows gauge
+lattrace_flows{state="open"} 3
+lattrace_flows{state="closed"} 2
+# TYPE lattrace_exchange_duration_seconds histogram
+lattrace_exchange_duration_seconds_bucket{le="+Inf"} 7
+lattrace_exchange_duration_seconds_sum 0.5
+lattrace_exchange_duration_seconds_count 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["lattrace_records_decoded_total"] != 42 || m["lattrace_flows"] != 5 || m["lattrace_exchange_duration_seconds_count"] != 7 {
+		t.Errorf("metrics %v", m)
+	}
+}
+
+func TestKmallocSize(t *testing.T) {
+	for n, want := range map[uint64]uint64{1: 8, 65: 96, 97: 128, 129: 192, 193: 256, 600: 1024, 1024: 1024} {
+		if got := kmallocSize(n); got != want {
+			t.Errorf("kmallocSize(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// sample is a run's results as the report sees them.
+func sample() *Results {
+	res := &Results{Started: time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC), Machine: Machine{Kernel: "6.18", CPUs: 2}}
+	res.Finished = res.Started.Add(30 * time.Minute)
+	res.Options.Reps, res.Options.Duration = 3, 5*time.Second
+	for _, o := range Observers() {
+		res.Observers = append(res.Observers, ObserverInfo{Name: o.Name, What: o.What})
+	}
+	rates := func(base, frac float64) []float64 {
+		return []float64{base * frac, base * frac * 1.01, base * frac * 0.99}
+	}
+	for _, w := range []string{"loopback RR 100 B", "1 ms path RR 100 B", "1 ms path RR 1 KB", "loopback bulk stream"} {
+		r := Result{Workload: w, Unit: "round trips/s", Rates: map[string][]float64{}, Evidence: map[string]string{}}
+		for i, o := range res.Observers {
+			r.Rates[o.Name] = rates(1000, 1-0.005*float64(i))
+			r.Evidence[o.Name] = "seen"
+		}
+		r.Rates["untraced"] = rates(1000, 1)
+		res.RR = append(res.RR, r)
+	}
+	res.Hooks = []HookCost{{Tool: "lattrace", RoundTrips: 1000, NsPerRoundTrip: 800,
+		Programs: []ProgCost{{Name: "lattrace_probe", Type: "Tracing", Runs: 2000, Ns: 120, PerRoundTrip: 2}}}}
+	res.Rates = []RateCost{{Config: "lattrace", Offered: 50000, Measured: 49000, CPU: 2.5, RSS: 40 << 20}}
+	res.Flows = []FlowCost{{Conns: 1000, RSS: 30 << 20}, {Conns: 100000, RSS: 35 << 20,
+		Maps: []MapMem{{Name: "socks", Type: "SkStorage", Bytes: 100 << 20}}}}
+	res.Overload = &Overload{Conns: 4, RoundTrips: 10, Made: 36, Decoded: 30, Lost: 6, Alive: true}
+	res.Accuracy = []Accuracy{{Scenario: "TestX", Quantity: "network", Unit: "ms", Truth: 20, Measured: 20.2, TruthFrom: "injected"}}
+	return res
+}
+
+func TestTargets(t *testing.T) {
+	res := sample()
+	got := map[string]string{}
+	for _, tg := range Targets(res) {
+		got[tg.Goal] = tg.Met
+	}
+	for goal, want := range map[string]string{
+		"lattrace costs at most 5 % of the untraced rate: loopback RR 100 B":          "yes", // 0.5 %
+		"lattrace costs at most 1 % of the untraced rate: 1 ms path RR 100 B":         "yes",
+		"lattrace is cheaper than tcpdump -s 96, on every workload":                   "yes",
+		"lattrace costs at most 1.5x the bpftrace srtt histogram (loopback RR 100 B)": "yes",
+		"every lattrace program runs in at most 150 ns on average":                    "yes",
+		"the daemon uses at most 3 % of one core at 50k exchanges/s":                  "yes",
+		"daemon RSS flat and at most 64 MiB with 100k flows":                          "yes",
+		"overload: every record decoded or counted lost, the daemon stays up":         "yes",
+	} {
+		if got[goal] != want {
+			t.Errorf("%q: %q, want %q", goal, got[goal], want)
+		}
+	}
+	res.Overload.Lost = 5
+	res.Hooks[0].Programs[0].Ns = 151
+	for _, tg := range Targets(res) {
+		if strings.HasPrefix(tg.Goal, "overload") || strings.HasPrefix(tg.Goal, "every lattrace program") {
+			if tg.Met != "no" {
+				t.Errorf("%q met with %s", tg.Goal, tg.Measured)
+			}
+		}
+	}
+	if tg := Targets(&Results{})[0]; tg.Met != notMeasured {
+		t.Errorf("a goal without data: %+v", tg)
+	}
+}
+
+func TestWriteReport(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "BENCHMARKS.md")
+	if err := WriteReport(sample(), md, filepath.Join(dir, "docs", "bench")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| lattrace | 995 | 0.5 (", "![rate lost per observer and workload](docs/bench/rr-cost.svg)",
+		"lattrace_probe | Tracing | 120 | 2.00 | 240", "| 36 (10 round trips x 2 ends + 4 connections x 4) | 30 | 6 | true | true |",
+		"| TestX | network | 20.00 ms | injected | 20.20 ms | +200 µs | 1.0 |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, f := range []string{"rr-cost", "hooks", "daemon-cpu", "daemon-memory", "accuracy"} {
+		svg, err := os.ReadFile(filepath.Join(dir, "docs", "bench", f+".svg"))
+		if err != nil || !strings.Contains(string(svg), "<svg") {
+			t.Errorf("%s.svg: %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,359 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+)
+
+// RateCost is the daemon's own cost at one offered exchange rate.
+type RateCost struct {
+	Config string `json:"config"`
+	// Offered is the exchanges/s asked of the load generator (a round trip
+	// is two exchanges: one at each end, both on this node); Measured is
+	// what the daemon counted.
+	Offered  float64 `json:"offered_exchanges_per_s"`
+	Measured float64 `json:"measured_exchanges_per_s"`
+	// CPU is the daemon's user+system time over the window, in % of one
+	// core.
+	CPU float64 `json:"cpu_percent"`
+	// RSS is the daemon's peak resident memory during the window, Anon
+	// its anonymous part at the end (see ProcStat).
+	RSS  uint64 `json:"rss_bytes"`
+	Anon uint64 `json:"anon_bytes"`
+}
+
+// FlowCost is the daemon's memory with many connections open.
+type FlowCost struct {
+	Conns int `json:"conns"` // connections open (both ends on this node)
+	// Flows is what the daemon's flow table holds (it is bounded);
+	// Evicted how many it dropped to stay in its bound.
+	Flows   float64 `json:"flows"`
+	Evicted float64 `json:"evicted"`
+	RSS     uint64  `json:"rss_bytes"`
+	RSSPeak uint64  `json:"rss_peak_bytes"`
+	Anon    uint64  `json:"anon_bytes"`
+	// Lost is the records the ring buffer could not take while the
+	// connections opened and closed (a burst of four records each).
+	Lost float64 `json:"lost"`
+	// Maps is the kernel memory of lattrace's maps: the fixed ones as the
+	// kernel reports them, the socket storage as live sockets times the
+	// kernel's allocation per socket.
+	Maps []MapMem `json:"maps"`
+}
+
+// MapMem is one map's kernel memory.
+type MapMem struct {
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	Bytes uint64 `json:"bytes"`
+	How   string `json:"how"`
+}
+
+// MapBytes sums Maps.
+func (f FlowCost) MapBytes() uint64 {
+	var n uint64
+	for _, m := range f.Maps {
+		n += m.Bytes
+	}
+	return n
+}
+
+// CostConfig sizes the daemon cost section.
+type CostConfig struct {
+	Self     string    // the benchmark binary, for load generators
+	Rates    []float64 // exchanges/s
+	Flows    []int     // connections held open
+	Window   time.Duration
+	Settings []DaemonSetting
+	Log      func(string, ...any)
+}
+
+// DaemonSetting is a named daemon configuration.
+type DaemonSetting struct {
+	Name  string
+	JSONL bool
+	OTLP  bool
+}
+
+// MeasureRates runs the daemon under paced request/response load at each
+// rate and reads its CPU time and memory from /proc.
+func MeasureRates(ctx context.Context, env *Env, c CostConfig) ([]RateCost, error) {
+	var out []RateCost
+	for _, set := range c.Settings {
+		for _, rate := range c.Rates {
+			r, err := measureRate(ctx, env, c, set, rate)
+			if err != nil {
+				return out, fmt.Errorf("daemon at %.0f exchanges/s (%s): %w", rate, set.Name, err)
+			}
+			c.Log("daemon %-16s offered %7.0f exchanges/s, counted %7.0f: CPU %5.2f %% of a core, RSS %5.1f MiB (anonymous %5.1f)",
+				set.Name, r.Offered, r.Measured, r.CPU, mib(r.RSS), mib(r.Anon))
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func measureRate(ctx context.Context, env *Env, c CostConfig, set DaemonSetting, rate float64) (RateCost, error) {
+	res := RateCost{Config: set.Name, Offered: rate}
+	if err := freshDir(env.Dir); err != nil {
+		return res, err
+	}
+	dc := DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, JSONL: set.JSONL, PinPath: BenchPinPath}
+	if set.OTLP {
+		dc.OTLP = env.OTLP
+	}
+	d, err := StartDaemon(dc)
+	if err != nil {
+		return res, err
+	}
+	defer d.Stop()
+	// 1 connection per 400 round trips/s: a few busy connections, as a
+	// service's pool would have.
+	rtRate := rate / 2
+	conns := max(1, int(rtRate/400))
+	warm := 2 * time.Second
+	l, err := StartLoad(c.Self, LoadConfig{Mode: "rr", Conns: conns, Rate: rtRate, Duration: warm + c.Window + time.Second, Size: 100}, "")
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	if err := sleepCtx(ctx, warm); err != nil {
+		return res, err
+	}
+	m0, err := d.Metrics()
+	if err != nil {
+		return res, err
+	}
+	p0, err := ReadProc(d.Pid())
+	if err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	var peak uint64
+	for time.Since(t0) < c.Window {
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return res, err
+		}
+		p, err := ReadProc(d.Pid())
+		if err != nil {
+			return res, err
+		}
+		peak = max(peak, p.RSS)
+	}
+	p1, err := ReadProc(d.Pid())
+	if err != nil {
+		return res, err
+	}
+	m1, err := d.Metrics()
+	if err != nil {
+		return res, err
+	}
+	dt := time.Since(t0)
+	res.Measured = (m1["lattrace_records_decoded_total"] - m0["lattrace_records_decoded_total"]) / dt.Seconds()
+	res.CPU = 100 * float64(p1.CPU-p0.CPU) / float64(dt)
+	res.RSS, res.Anon = peak, p1.Anon
+	if _, err := l.Result(ctx); err != nil {
+		return res, err
+	}
+	if lost := m1["lattrace_ringbuf_full_total"]; lost > 0 {
+		return res, fmt.Errorf("%.0f records lost to a full ring buffer", lost)
+	}
+	return res, nil
+}
+
+// MeasureFlows holds n connections open (one exchange each, both ends on
+// this node) for each n and reads the daemon's memory and the kernel's.
+func MeasureFlows(ctx context.Context, env *Env, c CostConfig) ([]FlowCost, error) {
+	if err := freshDir(env.Dir); err != nil {
+		return nil, err
+	}
+	d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, OTLP: env.OTLP, PinPath: BenchPinPath})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Stop()
+	var out []FlowCost
+	for _, n := range c.Flows {
+		f, err := holdFlows(ctx, d, c.Self, n)
+		if err != nil {
+			return out, fmt.Errorf("%d connections: %w", n, err)
+		}
+		c.Log("daemon with %6d connections open: %6.0f flows in its table (%0.f evicted), RSS %5.1f MiB (peak %5.1f, anonymous %5.1f), kernel maps %6.1f MiB; %0.f records lost opening and closing them",
+			n, f.Flows, f.Evicted, mib(f.RSS), mib(f.RSSPeak), mib(f.Anon), mib(f.MapBytes()), f.Lost)
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func holdFlows(ctx context.Context, d *Daemon, self string, n int) (f FlowCost, err error) {
+	f.Conns = n
+	m0, err := d.Metrics()
+	if err != nil {
+		return f, err
+	}
+	var gens []*Loadgen
+	defer func() {
+		for _, g := range gens {
+			err = errors.Join(err, g.Close())
+		}
+		if err != nil {
+			return
+		}
+		// The connections' close records, drained.
+		if err = sleepCtx(ctx, 2*time.Second); err != nil {
+			return
+		}
+		m1, merr := d.Metrics()
+		if merr != nil {
+			err = merr
+			return
+		}
+		f.Lost = m1["lattrace_ringbuf_full_total"] - m0["lattrace_ringbuf_full_total"]
+	}()
+	for left := n; left > 0; left -= MaxHoldPerProcess {
+		g, err := StartLoad(self, LoadConfig{Mode: "hold", Conns: min(left, MaxHoldPerProcess), Size: 100}, "")
+		if err != nil {
+			return f, err
+		}
+		gens = append(gens, g)
+		if _, err := g.Result(ctx); err != nil {
+			return f, err
+		}
+	}
+	// Two drains and the aggregator's work on what they brought.
+	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+		return f, err
+	}
+	m, err := d.Metrics()
+	if err != nil {
+		return f, err
+	}
+	p, err := ReadProc(d.Pid())
+	if err != nil {
+		return f, err
+	}
+	f.Flows, f.Evicted = m["lattrace_flows"], m["lattrace_flows_evicted_total"]
+	f.RSS, f.RSSPeak, f.Anon = p.RSS, p.RSSMax, p.Anon
+	f.Maps, err = lattraceMaps(2 * n)
+	return f, err
+}
+
+// lattraceMaps reports the kernel memory of the maps lattrace's programs
+// use. The socket storage allocates per socket, which the kernel does not
+// report for the map, so it is counted as sockets times the allocation
+// (the storage element with its value, and the socket's storage header),
+// with sizes from the kernel's BTF.
+func lattraceMaps(sockets int) ([]MapMem, error) {
+	ids := map[ebpf.MapID]bool{}
+	var pid ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(pid)
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		pid = next
+		p, err := ebpf.NewProgramFromID(pid)
+		if err != nil {
+			continue
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil || !strings.HasPrefix(info.Name, "lattrace_") {
+			continue
+		}
+		mids, _ := info.MapIDs()
+		for _, id := range mids {
+			ids[id] = true
+		}
+	}
+	var out []MapMem
+	for id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		info, err := m.Info()
+		m.Close()
+		if err != nil {
+			continue
+		}
+		mm := MapMem{Name: info.Name, Type: info.Type.String()}
+		if info.Type == ebpf.SkStorage {
+			per, err := skStorageBytes(info.ValueSize)
+			if err != nil {
+				return nil, err
+			}
+			mm.Bytes = uint64(sockets) * per
+			mm.How = fmt.Sprintf("%d sockets x %d B (a %d B value in a storage element, plus the socket's storage header)", sockets, per, info.ValueSize)
+		} else if b, ok := info.Memlock(); ok {
+			mm.Bytes = b
+			mm.How = "as the kernel reports it (memlock)"
+		}
+		out = append(out, mm)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no map of lattrace's programs found")
+	}
+	return out, nil
+}
+
+// skStorageBytes is what one socket's lattrace storage costs the kernel:
+// a bpf_local_storage_elem followed by the value, and the socket's
+// bpf_local_storage, each rounded up to its kmalloc size class.
+func skStorageBytes(valueSize uint32) (uint64, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return 0, err
+	}
+	size := func(name string) (uint32, error) {
+		var s *btf.Struct
+		if err := spec.TypeByName(name, &s); err != nil {
+			return 0, fmt.Errorf("kernel BTF: %s: %w", name, err)
+		}
+		return s.Size, nil
+	}
+	elem, err := size("bpf_local_storage_elem")
+	if err != nil {
+		return 0, err
+	}
+	head, err := size("bpf_local_storage")
+	if err != nil {
+		return 0, err
+	}
+	return kmallocSize(uint64(elem+valueSize)) + kmallocSize(uint64(head)), nil
+}
+
+// kmallocSize is the slab size class a kmalloc of n bytes uses.
+func kmallocSize(n uint64) uint64 {
+	switch {
+	case n <= 8:
+		return 8
+	case n <= 96 && n > 64:
+		return 96
+	case n <= 192 && n > 128:
+		return 192
+	}
+	s := uint64(8)
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+func freshDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Clean(dir), 0o700)
+}

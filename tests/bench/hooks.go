@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ProgCost is one BPF program's cost over a run, from the kernel's own
+// statistics (kernel.bpf_stats_enabled).
+type ProgCost struct {
+	Name string  `json:"name"`
+	Type string  `json:"type"`
+	Runs uint64  `json:"runs"`
+	Ns   float64 `json:"ns_per_run"`
+	// PerRoundTrip is runs per request/response round trip.
+	PerRoundTrip float64 `json:"runs_per_round_trip"`
+}
+
+// HookCost is what a BPF tool's programs cost on a loopback 100-byte
+// request/response loop, both ends on this node.
+type HookCost struct {
+	Tool       string     `json:"tool"`
+	RoundTrips uint64     `json:"round_trips"`
+	Programs   []ProgCost `json:"programs"`
+	// NsPerRoundTrip is the programs' run time summed per round trip; a
+	// round trip is two exchanges, one at each end.
+	NsPerRoundTrip float64 `json:"ns_per_round_trip"`
+}
+
+// NsPerExchange is the run time per exchange (each end traces its own).
+func (h HookCost) NsPerExchange() float64 { return h.NsPerRoundTrip / 2 }
+
+type progSnap struct {
+	name, typ string
+	runs      uint64
+	rt        time.Duration
+}
+
+// progSnapshot reads every loaded program's run count and run time.
+func progSnapshot() (map[ebpf.ProgramID]progSnap, error) {
+	out := map[ebpf.ProgramID]progSnap{}
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // unloaded in between
+		}
+		info, err := p.Info()
+		st, serr := p.Stats()
+		p.Close()
+		if err != nil || serr != nil {
+			continue
+		}
+		s := progSnap{name: info.Name, typ: info.Type.String()}
+		// The kernel keeps 15 characters of a name; BTF has it whole.
+		if fi, err := info.FuncInfos(); err == nil && len(fi) > 0 && fi[0].Func != nil {
+			s.name = fi[0].Func.Name
+		}
+		s.runs, s.rt = st.RunCount, st.Runtime
+		out[id] = s
+	}
+}
+
+// MeasureHooks runs the loopback 100-byte loop under each BPF tool with
+// run-time statistics on, and attributes the run time of the programs the
+// tool loaded.
+func MeasureHooks(ctx context.Context, env *Env, tools []Observer, d time.Duration, logf func(string, ...any)) ([]HookCost, error) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, fmt.Errorf("enabling BPF run-time statistics: %w", err)
+	}
+	defer stats.Close()
+	w := sockperfRR("loopback RR 100 B", 100, nil)
+	run, closeFn, sc, err := w.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	var out []HookCost
+	for _, tool := range tools {
+		if err := os.MkdirAll(env.Dir, 0o700); err != nil {
+			return nil, err
+		}
+		before, err := progSnapshot()
+		if err != nil {
+			return nil, err
+		}
+		stop, err := tool.Start(ctx, env, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", tool.Name, err)
+		}
+		start, err := progSnapshot()
+		if err != nil {
+			_, _ = stop()
+			return nil, err
+		}
+		r, runErr := run(ctx, d)
+		end, err := progSnapshot()
+		_, stopErr := stop()
+		if err := errors.Join(runErr, err, stopErr); err != nil {
+			return nil, fmt.Errorf("%s: %w", tool.Name, err)
+		}
+		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips}
+		for id, e := range end {
+			if _, old := before[id]; old {
+				continue
+			}
+			s := start[id]
+			runs := e.runs - s.runs
+			if runs == 0 {
+				continue
+			}
+			ns := float64(e.rt-s.rt) / float64(runs)
+			h.Programs = append(h.Programs, ProgCost{Name: e.name, Type: e.typ, Runs: runs, Ns: ns,
+				PerRoundTrip: float64(runs) / float64(r.RoundTrips)})
+			h.NsPerRoundTrip += float64(e.rt-s.rt) / float64(r.RoundTrips)
+		}
+		slices.SortFunc(h.Programs, func(a, b ProgCost) int { return int(b.Ns*b.PerRoundTrip - a.Ns*a.PerRoundTrip) })
+		if len(h.Programs) == 0 {
+			return nil, fmt.Errorf("%s: no program of its ran during the loop", tool.Name)
+		}
+		for _, p := range h.Programs {
+			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
+		}
+		logf("%-16s %.0f ns per round trip, %.0f ns per exchange", tool.Name, h.NsPerRoundTrip, h.NsPerExchange())
+		out = append(out, h)
+	}
+	return out, nil
+}

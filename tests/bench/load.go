@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The load generator runs in child processes of the benchmark (the same
+// binary, `bench loadgen`), so that it can be placed in a cgroup of its own
+// and so that each process stays under this machine's limit of open files
+// (RLIMIT_NOFILE 20000, and no CAP_SYS_RESOURCE to lift it).
+
+// LoadConfig is a load generator's job.
+type LoadConfig struct {
+	// Mode "rr": Conns connections doing request/response round trips
+	// for Duration, paced to Rate round trips/s in all (0: as fast as
+	// they go). Mode "hold": Conns connections, one round trip each, then
+	// held open idle until stdin closes.
+	Mode     string        `json:"mode"`
+	Conns    int           `json:"conns"`
+	Rate     float64       `json:"rate"`
+	Duration time.Duration `json:"duration"`
+	Size     int           `json:"size"`
+}
+
+// LoadResult is what a load generator did.
+type LoadResult struct {
+	Conns      int    `json:"conns"`
+	RoundTrips uint64 `json:"round_trips"`
+	Error      string `json:"error,omitempty"`
+}
+
+// MaxHoldPerProcess keeps a holding process's two sockets per connection
+// under RLIMIT_NOFILE.
+const MaxHoldPerProcess = 9000
+
+// RunLoad is the child's side: it does the job and writes the result as
+// one JSON line on out. In hold mode it writes the line once every
+// connection is open, then waits for in to close.
+func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var served sync.WaitGroup
+	go accept(ln, cfg.Size, &served)
+	conns := make([]net.Conn, 0, cfg.Conns)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		served.Wait()
+	}()
+	for range cfg.Conns {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return fmt.Errorf("connection %d of %d: %w", len(conns)+1, cfg.Conns, err)
+		}
+		conns = append(conns, c)
+	}
+	var res LoadResult
+	res.Conns = len(conns)
+	switch cfg.Mode {
+	case "rr":
+		res.RoundTrips, err = roundTrips(conns, cfg)
+	case "hold":
+		buf := make([]byte, cfg.Size)
+		for _, c := range conns {
+			if err = roundTrip(c, buf); err != nil {
+				break
+			}
+			res.RoundTrips++
+		}
+	default:
+		err = fmt.Errorf("mode %q: want rr or hold", cfg.Mode)
+	}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if err := json.NewEncoder(out).Encode(res); err != nil {
+		return err
+	}
+	if cfg.Mode == "hold" && err == nil {
+		_, _ = io.Copy(io.Discard, in)
+	}
+	return nil
+}
+
+// accept echoes every message back on every accepted connection.
+func accept(ln net.Listener, size int, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			buf := make([]byte, size)
+			for {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return
+				}
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func roundTrip(c net.Conn, buf []byte) error {
+	if _, err := c.Write(buf); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, buf)
+	return err
+}
+
+// roundTrips runs every connection's loop until Duration has passed; a
+// loop stops only between round trips, so each counted one is whole at
+// both ends.
+func roundTrips(conns []net.Conn, cfg LoadConfig) (uint64, error) {
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make([]error, len(conns))
+	end := time.Now().Add(cfg.Duration)
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(len(conns)) / cfg.Rate * float64(time.Second))
+	}
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, cfg.Size)
+			// Connections start spread over one interval, not together.
+			next := time.Now().Add(interval * time.Duration(i) / time.Duration(len(conns)))
+			for {
+				now := time.Now()
+				if now.After(end) {
+					return
+				}
+				if interval > 0 {
+					if d := next.Sub(now); d > 0 {
+						time.Sleep(d)
+					}
+					next = next.Add(interval)
+				}
+				if err := roundTrip(c, buf); err != nil {
+					errs[i] = err
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}
+
+// Loadgen is a running child load generator.
+type Loadgen struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	done  chan struct{}
+	err   *lockedBuffer
+}
+
+// StartLoad starts `self loadgen <json>` in cgroupDir (if not ""): the
+// benchmark binary itself, whose main hands that subcommand to RunLoad.
+func StartLoad(self string, cfg LoadConfig, cgroupDir string) (*Loadgen, error) {
+	job, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loadgen{cmd: exec.Command(self, "loadgen", string(job)), done: make(chan struct{}), err: &lockedBuffer{}}
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cgroupDir != "" {
+		f, err := os.Open(cgroupDir)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		l.cmd.SysProcAttr.UseCgroupFD = true
+		l.cmd.SysProcAttr.CgroupFD = int(f.Fd())
+	}
+	if l.stdin, err = l.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := l.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	l.out = bufio.NewReader(stdout)
+	l.cmd.Stderr = l.err
+	if err := l.cmd.Start(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Result waits for the result line (in hold mode: until every connection
+// is open, and the process goes on holding them).
+func (l *Loadgen) Result(ctx context.Context) (LoadResult, error) {
+	type line struct {
+		s   string
+		err error
+	}
+	ch := make(chan line, 1)
+	go func() {
+		s, err := l.out.ReadString('\n')
+		ch <- line{s, err}
+	}()
+	var r LoadResult
+	select {
+	case ln := <-ch:
+		if ln.err != nil {
+			return r, fmt.Errorf("load generator: %v: %s", ln.err, strings.TrimSpace(l.err.String()))
+		}
+		if err := json.Unmarshal([]byte(ln.s), &r); err != nil {
+			return r, fmt.Errorf("load generator said %q: %w", ln.s, err)
+		}
+		if r.Error != "" {
+			return r, fmt.Errorf("load generator: %s", r.Error)
+		}
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
+// Close lets a holding generator close its connections, and waits for
+// the process.
+func (l *Loadgen) Close() error {
+	l.stdin.Close()
+	err := l.cmd.Wait()
+	if err != nil {
+		return fmt.Errorf("load generator: %v: %s", err, strings.TrimSpace(l.err.String()))
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// writePlots draws the run's figures as SVG files in dir and returns
+// their file names by figure.
+func writePlots(res *Results, dir string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range []struct {
+		name string
+		draw func(*Results) (*plot.Plot, vg.Length, vg.Length, error)
+	}{
+		{"rr-cost", plotRR},
+		{"hooks", plotHooks},
+		{"daemon-cpu", plotRates},
+		{"daemon-memory", plotFlows},
+		{"accuracy", plotAccuracy},
+	} {
+		p, w, h, err := f.draw(res)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
+		if p == nil {
+			continue // no data in this run
+		}
+		file := f.name + ".svg"
+		if err := p.Save(w, h, filepath.Join(dir, file)); err != nil {
+			return nil, err
+		}
+		out[f.name] = file
+	}
+	return out, nil
+}
+
+func palette(i int) color.Color { return plotutil.Color(i) }
+
+// plotRR: per workload, each observer's cost in % of the untraced rate
+// (median, with the repetitions' range as error bars).
+func plotRR(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
+	if len(res.RR) == 0 {
+		return nil, 0, 0, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Cost of watching: rate lost against untraced (median of the repetitions)"
+	p.Y.Label.Text = "% of the untraced rate lost"
+	var names []string
+	for _, r := range res.RR {
+		names = append(names, r.Workload)
+	}
+	observers := res.Observers[1:]
+	w := vg.Points(10)
+	for i, o := range observers {
+		vals := make(plotter.Values, len(res.RR))
+		for j, r := range res.RR {
+			if s, ok := r.loss(o.Name); ok {
+				vals[j] = s.Median
+			}
+		}
+		bars, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		bars.Color = palette(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = w * vg.Length(float64(i)-float64(len(observers)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(o.Name, bars)
+	}
+	p.NominalX(names...)
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p, 28 * vg.Centimeter, 12 * vg.Centimeter, nil
+}
+
+// plotHooks: ns per run of each program of each BPF tool.
+func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
+	if len(res.Hooks) == 0 {
+		return nil, 0, 0, nil
+	}
+	p := plot.New()
+	p.Title.Text = "BPF run time per program run (kernel.bpf_stats_enabled), loopback RR 100 B"
+	p.X.Label.Text = "ns per run"
+	var labels []string
+	var vals plotter.Values
+	for _, h := range res.Hooks {
+		for _, pr := range h.Programs {
+			labels = append(labels, fmt.Sprintf("%s: %s (%.1f/round trip)", h.Tool, pr.Name, pr.PerRoundTrip))
+			vals = append(vals, pr.Ns)
+		}
+	}
+	slices.Reverse(labels)
+	slices.Reverse(vals)
+	bars, err := plotter.NewBarChart(vals, vg.Points(9))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	bars.Horizontal = true
+	bars.Color = palette(0)
+	bars.LineStyle.Width = 0
+	p.Add(bars, plotter.NewGrid())
+	p.NominalY(labels...)
+	line, err := plotter.NewLine(plotter.XYs{{X: 150, Y: -0.5}, {X: 150, Y: float64(len(vals)) - 0.5}})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	line.Color = color.RGBA{R: 200, A: 255}
+	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(line)
+	p.Legend.Add("target: 150 ns", line)
+	p.Legend.Top = true
+	return p, 22 * vg.Centimeter, vg.Length(2+0.5*float64(len(vals))) * vg.Centimeter, nil
+}
+
+// plotRates: daemon CPU against the exchange rate it handled.
+func plotRates(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
+	if len(res.Rates) == 0 {
+		return nil, 0, 0, nil
+	}
+	p := plot.New()
+	p.Title.Text = "lattrace daemon CPU against exchanges per second"
+	p.X.Label.Text = "exchanges/s (counted by the daemon)"
+	p.Y.Label.Text = "% of one core"
+	var configs []string
+	for _, r := range res.Rates {
+		if !slices.Contains(configs, r.Config) {
+			configs = append(configs, r.Config)
+		}
+	}
+	xmax := 0.0
+	for i, c := range configs {
+		var xys plotter.XYs
+		for _, r := range res.Rates {
+			if r.Config == c {
+				xys = append(xys, plotter.XY{X: r.Measured, Y: r.CPU})
+				xmax = math.Max(xmax, r.Measured)
+			}
+		}
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		l.Color, pts.Color = palette(i), palette(i)
+		p.Add(l, pts)
+		p.Legend.Add(c, l, pts)
+	}
+	target, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 3}, {X: xmax, Y: 3}})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	target.Color = color.RGBA{R: 200, A: 255}
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(target, plotter.NewGrid())
+	p.Legend.Add("target at 50k/s: 3 %", target)
+	p.Legend.Top, p.Legend.Left = true, true
+	return p, 16 * vg.Centimeter, 10 * vg.Centimeter, nil
+}
+
+// plotFlows: daemon RSS and kernel map memory against open connections.
+func plotFlows(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
+	if len(res.Flows) == 0 {
+		return nil, 0, 0, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Memory with many connections open"
+	p.X.Label.Text = "connections open (log scale)"
+	p.Y.Label.Text = "MiB"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	var rss, maps plotter.XYs
+	for _, f := range res.Flows {
+		rss = append(rss, plotter.XY{X: float64(f.Conns), Y: mib(f.RSS)})
+		maps = append(maps, plotter.XY{X: float64(f.Conns), Y: mib(f.MapBytes())})
+	}
+	for i, s := range []struct {
+		name string
+		xys  plotter.XYs
+	}{{"daemon RSS", rss}, {"kernel maps (socket storage: estimated)", maps}} {
+		l, pts, err := plotter.NewLinePoints(s.xys)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		l.Color, pts.Color = palette(i), palette(i)
+		p.Add(l, pts)
+		p.Legend.Add(s.name, l, pts)
+	}
+	target, err := plotter.NewLine(plotter.XYs{{X: rss[0].X, Y: 64}, {X: rss[len(rss)-1].X, Y: 64}})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	target.Color = color.RGBA{R: 200, A: 255}
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(target, plotter.NewGrid())
+	p.Legend.Add("target for the daemon: 64 MiB", target)
+	p.Legend.Top, p.Legend.Left = true, true
+	return p, 16 * vg.Centimeter, 10 * vg.Centimeter, nil
+}
+
+// plotAccuracy: each scenario quantity's error in % of the truth.
+func plotAccuracy(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
+	if len(res.Accuracy) == 0 {
+		return nil, 0, 0, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Accuracy: lattrace against the injected or independently measured truth"
+	p.X.Label.Text = "error, % of the truth"
+	var labels []string
+	var vals plotter.Values
+	for _, a := range res.Accuracy {
+		e := a.ErrorPct()
+		if math.IsNaN(e) {
+			continue
+		}
+		labels = append(labels, a.Scenario+": "+a.Quantity)
+		vals = append(vals, e)
+	}
+	if len(vals) == 0 {
+		return nil, 0, 0, nil
+	}
+	slices.Reverse(labels)
+	slices.Reverse(vals)
+	bars, err := plotter.NewBarChart(vals, vg.Points(9))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	bars.Horizontal = true
+	bars.Color = palette(1)
+	bars.LineStyle.Width = 0
+	p.Add(bars, plotter.NewGrid())
+	p.NominalY(labels...)
+	return p, 24 * vg.Centimeter, vg.Length(2+0.5*float64(len(vals))) * vg.Centimeter, nil
+}

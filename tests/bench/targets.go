@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Target is one of issue 9's goals, judged on a run's results.
+type Target struct {
+	Goal     string
+	Measured string
+	// Met is "yes", "no", or "not measured" when the run lacks the data.
+	Met string
+}
+
+const notMeasured = "not measured"
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// loss is the median share of the baseline's rate an observer cost, in %.
+func (r Result) loss(observer string) (Spread, bool) {
+	if len(r.Rates[observer]) == 0 {
+		return Spread{}, false
+	}
+	s := r.Ratio(observer)
+	return Spread{N: s.N, Median: 100 * (1 - s.Median), Min: 100 * (1 - s.Max), Max: 100 * (1 - s.Min),
+		Q1: 100 * (1 - s.Q3), Q3: 100 * (1 - s.Q1)}, true
+}
+
+func (res *Results) rr(workload string) (Result, bool) {
+	for _, r := range res.RR {
+		if r.Workload == workload {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+func fmtLoss(s Spread) string {
+	return fmt.Sprintf("%.1f %% (reps %.1f to %.1f)", s.Median, s.Min, s.Max)
+}
+
+// Targets judges every goal the run has data for.
+func Targets(res *Results) []Target {
+	var out []Target
+	lossGoal := func(workload string, pct float64) {
+		t := Target{Goal: fmt.Sprintf("lattrace costs at most %g %% of the untraced rate: %s", pct, workload), Met: notMeasured}
+		if r, ok := res.rr(workload); ok {
+			if s, ok := r.loss("lattrace"); ok {
+				t.Measured = fmtLoss(s)
+				t.Met = verdict(s.Median <= pct)
+			}
+		}
+		out = append(out, t)
+	}
+	lossGoal("loopback RR 100 B", 5)
+	lossGoal("1 ms path RR 100 B", 1)
+	lossGoal("1 ms path RR 1 KB", 1)
+	lossGoal("loopback bulk stream", 1)
+
+	t := Target{Goal: "lattrace is cheaper than tcpdump -s 96, on every workload", Met: notMeasured}
+	var parts []string
+	allOK, any := true, false
+	for _, r := range res.RR {
+		l, ok1 := r.loss("lattrace")
+		d, ok2 := r.loss("tcpdump -s 96")
+		if !ok1 || !ok2 {
+			continue
+		}
+		any = true
+		allOK = allOK && l.Median < d.Median
+		parts = append(parts, fmt.Sprintf("%s: %.1f vs %.1f %%", r.Workload, l.Median, d.Median))
+	}
+	if any {
+		t.Measured, t.Met = strings.Join(parts, "; "), verdict(allOK)
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "lattrace costs at most 1.5x the bpftrace srtt histogram (loopback RR 100 B)", Met: notMeasured}
+	if r, ok := res.rr("loopback RR 100 B"); ok {
+		l, ok1 := r.loss("lattrace")
+		b, ok2 := r.loss("bpftrace srtt")
+		if ok1 && ok2 {
+			t.Measured = fmt.Sprintf("%.1f %% vs %.1f %%: %.2fx", l.Median, b.Median, l.Median/b.Median)
+			t.Met = verdict(l.Median <= 1.5*math.Max(b.Median, 0))
+		}
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "every lattrace program runs in at most 150 ns on average", Met: notMeasured}
+	for _, h := range res.Hooks {
+		if h.Tool != "lattrace" {
+			continue
+		}
+		worst := ProgCost{}
+		for _, p := range h.Programs {
+			if p.Ns > worst.Ns {
+				worst = p
+			}
+		}
+		t.Measured = fmt.Sprintf("slowest %s %.0f ns; %.0f ns of BPF per exchange", worst.Name, worst.Ns, h.NsPerExchange())
+		t.Met = verdict(worst.Ns <= 150)
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "the daemon uses at most 3 % of one core at 50k exchanges/s", Met: notMeasured}
+	for _, r := range res.Rates {
+		if r.Config == "lattrace" && r.Offered == 50000 {
+			t.Measured = fmt.Sprintf("%.2f %% at %.0f exchanges/s counted", r.CPU, r.Measured)
+			t.Met = verdict(r.CPU <= 3)
+		}
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "daemon RSS flat and at most 64 MiB with 100k flows", Met: notMeasured}
+	if n := len(res.Flows); n > 0 {
+		last := res.Flows[n-1]
+		first := res.Flows[0]
+		t.Measured = fmt.Sprintf("%.1f MiB with %d connections, %.1f MiB with %d", mib(last.RSS), last.Conns, mib(first.RSS), first.Conns)
+		if last.Conns >= 100000 {
+			t.Met = verdict(last.RSS <= 64<<20 && last.RSS <= first.RSS+first.RSS/2)
+		}
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "overload: every record decoded or counted lost, the daemon stays up", Met: notMeasured}
+	if o := res.Overload; o != nil {
+		t.Measured = fmt.Sprintf("%d made = %d decoded + %d lost: %v; alive: %v", o.Made, o.Decoded, o.Lost, o.Exact(), o.Alive)
+		t.Met = verdict(o.Exact() && o.Alive && o.Lost > 0)
+	}
+	out = append(out, t)
+	return out
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
