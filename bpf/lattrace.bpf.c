@@ -106,7 +106,7 @@ struct lt_sock {
 	__u8 partial;          /* socket first seen after it was established */
 	__u8 emitted_any;
 	__u8 msg_tstamp;       /* the out message's last write is TX timestamped */
-	__u8 rtt_cb;           /* RTT callbacks are on for this socket */
+	__u8 _pad;
 };
 
 struct {
@@ -707,15 +707,16 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		st->partial = 0;
 		if (!st->last_activity_ns)
 			st->last_activity_ns = now;
+		/* RTT samples for the path (only clean ones are kept; the
+		 * callbacks cannot be switched per message: the kernel refuses
+		 * flag changes from the TX timestamping callbacks, the only ones
+		 * that see each write). */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
 		if (use_tx_tstamp && bpf_sock_ops_enable_tx_tstamp &&
-		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags))) {
-			/* Each write then decides on RTT callbacks (SENDMSG). */
+		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags)))
 			st->tstamp = 1;
-		} else {
+		else
 			count(LT_CNT_TSTAMP_OFF);
-			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
-			st->rtt_cb = 1;
-		}
 
 		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 		if (!rec) {
@@ -795,7 +796,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
 		if (op == BPF_SOCK_OPS_TSTAMP_SENDMSG_CB) {
 			struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
-			bool want_rtt;
 
 			/* Fires at the end of each sendmsg, before the data is
 			 * pushed: the message's end is known before it can leave. */
@@ -809,15 +809,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			st->msg_tstamp = held_back(st, tp);
 			if (st->msg_tstamp && bpf_sock_ops_enable_tx_tstamp)
 				bpf_sock_ops_enable_tx_tstamp(kctx, 0);
-			/* A clean RTT sample needs a message of several
-			 * segments: only then are RTT callbacks worth their cost. */
-			want_rtt = tp->write_seq - st->out_seq_start > tp->mss_cache;
-			if (want_rtt != st->rtt_cb) {
-				__u32 f = skops->bpf_sock_ops_cb_flags;
-
-				bpf_sock_ops_cb_flags_set(skops, want_rtt ? f | BPF_SOCK_OPS_RTT_CB_FLAG : f & ~BPF_SOCK_OPS_RTT_CB_FLAG);
-				st->rtt_cb = want_rtt;
-			}
 			return 1;
 		}
 		if (!st || st->phase == PHASE_NONE || st->out_seq_end == st->out_seq_start)

@@ -77,11 +77,84 @@ func TestExchangesLoopback(t *testing.T) {
 		if e.BytesOut != wantOut || e.BytesIn != wantIn {
 			t.Errorf("%s: bytes out %d in %d, want %d and %d", e.Role, e.BytesOut, e.BytesIn, wantOut, wantIn)
 		}
-		if !e.TxTimestamps {
-			t.Errorf("%s: BPF TX timestamps not used on a kernel that has them", e.Role)
+		// A small write leaves inside the sendmsg: x1 is read at w1, and
+		// the three callbacks of a TX timestamp are not worth it.
+		if e.TxTimestamps {
+			t.Errorf("%s: a %d-byte message that left at once was TX timestamped", e.Role, e.BytesOut)
+		}
+		// On loopback the peer takes the data, and may ACK it, inside
+		// the sendmsg: x1 and a1 may come before w1, never before w0.
+		if e.Timeline.X1 < e.Timeline.W0 || e.Timeline.A1 != 0 && e.Timeline.A1 < e.Timeline.X1 {
+			t.Errorf("%s: w0 %d x1 %d a1 %d out of order", e.Role, e.Timeline.W0, e.Timeline.X1, e.Timeline.A1)
 		}
 	}
 	if count[record.Requester] != n || count[record.Responder] != n {
 		t.Errorf("exchanges by role %v, want %d each", count, n)
 	}
+}
+
+// TestTxTimestampsWhenHeldBack: a message the receive window holds back
+// waits in the send queue, so its last byte's transmission is taken from
+// a BPF TX timestamp, long after the write returned.
+func TestTxTimestampsWhenHeldBack(t *testing.T) {
+	_, col := openTracer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 1 << 20
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// A reader that drains a small buffer slowly: the sender waits
+		// for the window.
+		buf := make([]byte, 16<<10)
+		for got := 0; got < size; {
+			time.Sleep(2 * time.Millisecond)
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			got += n
+		}
+		c.Write([]byte("ok"))
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).SetWriteBuffer(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	c.Close()
+	col.find(t, local)
+	t.Logf("1 MiB to a slow reader took %v", time.Since(start))
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for _, e := range col.exchanges {
+		if e.Flow.Local != local || e.Role != record.Requester {
+			continue
+		}
+		if !e.TxTimestamps {
+			t.Errorf("a 1 MiB message held back by the window has no TX timestamp: w1 %d x1 %d", e.Timeline.W1, e.Timeline.X1)
+		}
+		if e.Timeline.X1 <= e.Timeline.W1 {
+			t.Errorf("x1 %d not after w1 %d: the message did wait in the send queue", e.Timeline.X1, e.Timeline.W1)
+		}
+		return
+	}
+	t.Fatal("no requester exchange for the 1 MiB message")
 }
