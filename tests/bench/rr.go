@@ -39,9 +39,15 @@ type Run struct {
 // one message of size bytes each way at a time. The rate is round trips
 // per second over sockperf's measured duration (its warm-up excluded).
 func sockperfRR(name string, size int, lab *netlab.Config) Workload {
+	return sockperfOn(name, size, lab, 0, 1)
+}
+
+// sockperfOn is sockperfRR with the server on CPU serverCPU and the client
+// on clientCPU.
+func sockperfOn(name string, size int, lab *netlab.Config, serverCPU, clientCPU int) Workload {
 	w := Workload{Name: name, Unit: "round trips/s"}
 	w.open = func(ctx context.Context) (func(context.Context, time.Duration) (Run, error), func(), Scope, error) {
-		server, client := pinned(0), pinned(1)
+		server, client := pinned(serverCPU), pinned(clientCPU)
 		sc := Scope{Iface: "lo"}
 		addr := "127.0.0.1"
 		var l *netlab.Lab
