@@ -99,17 +99,9 @@ func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 			vals = append(vals, pr.Ns)
 		}
 	}
-	slices.Reverse(labels)
-	slices.Reverse(vals)
-	bars, err := plotter.NewBarChart(vals, vg.Points(9))
-	if err != nil {
+	if err := hbars(p, labels, vals, 0); err != nil {
 		return nil, 0, 0, err
 	}
-	bars.Horizontal = true
-	bars.Color = palette(0)
-	bars.LineStyle.Width = 0
-	p.Add(bars, plotter.NewGrid())
-	p.NominalY(labels...)
 	line, err := plotter.NewLine(plotter.XYs{{X: 150, Y: -0.5}, {X: 150, Y: float64(len(vals)) - 0.5}})
 	if err != nil {
 		return nil, 0, 0, err
@@ -119,8 +111,28 @@ func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	p.Add(line)
 	p.Legend.Add("target: 150 ns", line)
 	p.Legend.Top = true
-	return p, 22 * vg.Centimeter, vg.Length(2+0.5*float64(len(vals))) * vg.Centimeter, nil
+	return p, 22 * vg.Centimeter, barsHeight(len(vals)), nil
 }
+
+// hbars draws vals as horizontal bars named by labels, the first on top.
+func hbars(p *plot.Plot, labels []string, vals plotter.Values, colour int) error {
+	labels, vals = slices.Clone(labels), slices.Clone(vals)
+	slices.Reverse(labels)
+	slices.Reverse(vals)
+	bars, err := plotter.NewBarChart(vals, vg.Points(9))
+	if err != nil {
+		return err
+	}
+	bars.Horizontal = true
+	bars.Color = palette(colour)
+	bars.LineStyle.Width = 0
+	p.Add(bars, plotter.NewGrid())
+	p.NominalY(labels...)
+	return nil
+}
+
+// barsHeight is the height of a plot of n horizontal bars.
+func barsHeight(n int) vg.Length { return vg.Length(2+0.5*float64(n)) * vg.Centimeter }
 
 // plotRates: daemon CPU against the exchange rate it handled.
 func plotRates(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
@@ -137,33 +149,19 @@ func plotRates(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 			configs = append(configs, r.Config)
 		}
 	}
+	var ss []series
 	xmax := 0.0
-	for i, c := range configs {
-		var xys plotter.XYs
+	for _, c := range configs {
+		s := series{name: c}
 		for _, r := range res.Rates {
 			if r.Config == c {
-				xys = append(xys, plotter.XY{X: r.Measured, Y: r.CPU})
+				s.xys = append(s.xys, plotter.XY{X: r.Measured, Y: r.CPU})
 				xmax = math.Max(xmax, r.Measured)
 			}
 		}
-		l, pts, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		l.Color, pts.Color = palette(i), palette(i)
-		p.Add(l, pts)
-		p.Legend.Add(c, l, pts)
+		ss = append(ss, s)
 	}
-	target, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 3}, {X: xmax, Y: 3}})
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	target.Color = color.RGBA{R: 200, A: 255}
-	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(target, plotter.NewGrid())
-	p.Legend.Add("target at 50k/s: 3 %", target)
-	p.Legend.Top, p.Legend.Left = true, true
-	return p, 16 * vg.Centimeter, 10 * vg.Centimeter, nil
+	return lines(p, ss, target{"target at 50k/s: 3 %", 0, xmax, 3})
 }
 
 // plotFlows: daemon RSS and kernel map memory against open connections.
@@ -177,15 +175,32 @@ func plotFlows(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	p.Y.Label.Text = "MiB"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	var rss, maps plotter.XYs
+	rss, anon, maps := series{name: "daemon RSS"}, series{name: "daemon anonymous memory"}, series{name: "kernel maps (socket storage: estimated)"}
 	for _, f := range res.Flows {
-		rss = append(rss, plotter.XY{X: float64(f.Conns), Y: mib(f.RSS)})
-		maps = append(maps, plotter.XY{X: float64(f.Conns), Y: mib(f.MapBytes())})
+		x := float64(f.Conns)
+		rss.xys = append(rss.xys, plotter.XY{X: x, Y: mib(f.RSS)})
+		anon.xys = append(anon.xys, plotter.XY{X: x, Y: mib(f.Anon)})
+		maps.xys = append(maps.xys, plotter.XY{X: x, Y: mib(f.MapBytes())})
 	}
-	for i, s := range []struct {
-		name string
-		xys  plotter.XYs
-	}{{"daemon RSS", rss}, {"kernel maps (socket storage: estimated)", maps}} {
+	return lines(p, []series{rss, anon, maps}, target{"target for the daemon: 64 MiB", rss.xys[0].X, rss.xys[len(rss.xys)-1].X, 64})
+}
+
+// series is one line of a line plot.
+type series struct {
+	name string
+	xys  plotter.XYs
+}
+
+// target is a goal drawn as a dashed horizontal line from x0 to x1.
+type target struct {
+	name   string
+	x0, x1 float64
+	y      float64
+}
+
+// lines draws series as lines with points, and the target, on p.
+func lines(p *plot.Plot, ss []series, t target) (*plot.Plot, vg.Length, vg.Length, error) {
+	for i, s := range ss {
 		l, pts, err := plotter.NewLinePoints(s.xys)
 		if err != nil {
 			return nil, 0, 0, err
@@ -194,14 +209,14 @@ func plotFlows(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 		p.Add(l, pts)
 		p.Legend.Add(s.name, l, pts)
 	}
-	target, err := plotter.NewLine(plotter.XYs{{X: rss[0].X, Y: 64}, {X: rss[len(rss)-1].X, Y: 64}})
+	line, err := plotter.NewLine(plotter.XYs{{X: t.x0, Y: t.y}, {X: t.x1, Y: t.y}})
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	target.Color = color.RGBA{R: 200, A: 255}
-	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(target, plotter.NewGrid())
-	p.Legend.Add("target for the daemon: 64 MiB", target)
+	line.Color = color.RGBA{R: 200, A: 255}
+	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(line, plotter.NewGrid())
+	p.Legend.Add(t.name, line)
 	p.Legend.Top, p.Legend.Left = true, true
 	return p, 16 * vg.Centimeter, 10 * vg.Centimeter, nil
 }
@@ -227,16 +242,8 @@ func plotAccuracy(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	if len(vals) == 0 {
 		return nil, 0, 0, nil
 	}
-	slices.Reverse(labels)
-	slices.Reverse(vals)
-	bars, err := plotter.NewBarChart(vals, vg.Points(9))
-	if err != nil {
+	if err := hbars(p, labels, vals, 1); err != nil {
 		return nil, 0, 0, err
 	}
-	bars.Horizontal = true
-	bars.Color = palette(1)
-	bars.LineStyle.Width = 0
-	p.Add(bars, plotter.NewGrid())
-	p.NominalY(labels...)
-	return p, 24 * vg.Centimeter, vg.Length(2+0.5*float64(len(vals))) * vg.Centimeter, nil
+	return p, 24 * vg.Centimeter, barsHeight(len(vals)), nil
 }

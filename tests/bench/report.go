@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"text/template"
+	"time"
 )
 
 //go:embed report.md.tmpl
@@ -47,10 +48,19 @@ func WriteReport(res *Results, md, svgDir string) error {
 			return fmt.Sprintf("%.1f (%.1f … %.1f)", s.Median, s.Min, s.Max)
 		},
 		"median": func(r Result, o string) string { return fmtRate(Median(r.Rates[o])) },
-		"errpct": func(a Accuracy) string { return fmtNum(a.ErrorPct(), 1) },
-		"errabs": func(a Accuracy) string { return fmtAbsErr(a) },
-		"num":    fmtNum,
-		"mulf":   func(a, b float64) float64 { return a * b },
+		"p50":    func(r Result, o string) string { return fmtNum(Median(r.P50s[o]), 1) },
+		"added": func(r Result, o string) string {
+			a, ok := r.Added(o)
+			if !ok {
+				return "–"
+			}
+			return fmt.Sprintf("%+.1f (%+.1f … %+.1f)", a.Median, a.Min, a.Max)
+		},
+		"errpct":   func(a Accuracy) string { return fmtNum(a.ErrorPct(), 1) },
+		"errabs":   func(a Accuracy) string { return fmtAbsErr(a) },
+		"num":      fmtNum,
+		"duration": func(a, b time.Time) string { return b.Sub(a).Round(time.Second).String() },
+		"mulf":     func(a, b float64) float64 { return a * b },
 		"lastFlows": func(f []FlowCost) *FlowCost {
 			if len(f) == 0 {
 				return nil

@@ -33,6 +33,10 @@ type Run struct {
 	// RoundTrips is how many request/response round trips the whole run
 	// made, warm-up included (0 for a stream): what the BPF programs saw.
 	RoundTrips uint64
+	// P50 is the median round trip in µs (0 for a stream). Unlike the
+	// rate, a mean, it is not moved by the few round trips a scheduling
+	// hiccup stretches, so it resolves a small added cost.
+	P50 float64
 }
 
 // sockperfRR is a TCP_RR-style loop: sockperf ping-pong, one connection,
@@ -73,7 +77,7 @@ func sockperfOn(name string, size int, lab *netlab.Config, serverCPU, clientCPU 
 		}
 		run := func(ctx context.Context, d time.Duration) (Run, error) {
 			secs := strconv.Itoa(max(1, int(d.Round(time.Second).Seconds())))
-			argv := append(client, "sockperf", "pp", "--tcp", "-i", addr, "-p", port, "-m", strconv.Itoa(size), "-t", secs)
+			argv := append(client, "sockperf", "pp", "--tcp", "--full-rtt", "-i", addr, "-p", port, "-m", strconv.Itoa(size), "-t", secs)
 			out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 			if err != nil {
 				return Run{}, fmt.Errorf("sockperf: %v: %s", err, lastLine(string(out), ""))
@@ -86,6 +90,7 @@ func sockperfOn(name string, size int, lab *netlab.Config, serverCPU, clientCPU 
 }
 
 var (
+	sockperfP50   = regexp.MustCompile(`percentile 50\.000 =\s*([0-9.]+)`)
 	sockperfValid = regexp.MustCompile(`\[Valid Duration\] RunTime=([0-9.]+) sec; SentMessages=(\d+); ReceivedMessages=(\d+)`)
 	sockperfTotal = regexp.MustCompile(`\[Total Run\] RunTime=[0-9.]+ sec; Warm up time=\d+ msec; SentMessages=(\d+); ReceivedMessages=(\d+)`)
 )
@@ -103,7 +108,11 @@ func parseSockperf(out string) (Run, error) {
 	if secs <= 0 || recv == 0 {
 		return Run{}, fmt.Errorf("sockperf measured nothing: %s", m[0])
 	}
-	return Run{Rate: recv / secs, RoundTrips: total}, nil
+	r := Run{Rate: recv / secs, RoundTrips: total}
+	if p := sockperfP50.FindStringSubmatch(out); p != nil {
+		r.P50, _ = strconv.ParseFloat(p[1], 64)
+	}
+	return r, nil
 }
 
 // iperfStream is a bulk TCP stream on loopback: iperf3, one connection,
@@ -173,6 +182,9 @@ type Result struct {
 	// Rates[observer][rep] in Unit; repetition i of every observer ran in
 	// the same round.
 	Rates map[string][]float64 `json:"rates"`
+	// P50s[observer][rep] are the median round trips in µs (request/
+	// response loops only).
+	P50s map[string][]float64 `json:"p50s,omitempty"`
 	// Evidence is what each observer said it saw in its last run.
 	Evidence map[string]string `json:"evidence"`
 }
@@ -180,6 +192,21 @@ type Result struct {
 // Ratio is an observer's rate over the baseline's, paired by repetition.
 func (r Result) Ratio(observer string) Spread {
 	return SpreadOf(Ratios(r.Rates[observer], r.Rates[Observers()[0].Name]))
+}
+
+// Added is the median round trip an observer adds, in µs, paired by
+// repetition with the baseline's (ok false without medians).
+func (r Result) Added(observer string) (Spread, bool) {
+	base, obs := r.P50s[Observers()[0].Name], r.P50s[observer]
+	n := min(len(base), len(obs))
+	if n == 0 {
+		return Spread{}, false
+	}
+	d := make([]float64, n)
+	for i := range n {
+		d[i] = obs[i] - base[i]
+	}
+	return SpreadOf(d), true
 }
 
 // RunOptions size a measurement.
@@ -194,7 +221,7 @@ type RunOptions struct {
 // Measure runs w under each observer, reps times, interleaved: each round
 // runs every observer once, in an order rotated from the last round's.
 func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o RunOptions) (Result, error) {
-	res := Result{Workload: w.Name, Unit: w.Unit, Rates: map[string][]float64{}, Evidence: map[string]string{}}
+	res := Result{Workload: w.Name, Unit: w.Unit, Rates: map[string][]float64{}, P50s: map[string][]float64{}, Evidence: map[string]string{}}
 	run, closeFn, sc, err := w.open(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", w.Name, err)
@@ -227,6 +254,9 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 				return res, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
 			}
 			res.Rates[ob.Name] = append(res.Rates[ob.Name], r.Rate)
+			if r.P50 > 0 {
+				res.P50s[ob.Name] = append(res.P50s[ob.Name], r.P50)
+			}
 			res.Evidence[ob.Name] = evidence
 			if o.Log != nil {
 				o.Log("%-22s %-16s rep %d: %10.2f %s  (%s)", w.Name, ob.Name, rep+1, r.Rate, w.Unit, evidence)

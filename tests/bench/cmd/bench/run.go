@@ -39,7 +39,7 @@ type plan struct {
 const accuracyScenarios = `^(TestPathDelayAndThinkTime|TestLoss|TestBufferbloat|TestConnectionPerRequest|TestSlowReader|TestFamiliesAndResponder|TestDiagnoseWindowLimited|TestDiagnoseAppDominated|TestDiagnoseDirectionAsymmetry)$`
 
 var full = plan{
-	reps: 5, duration: 5 * time.Second, settle: time.Second,
+	reps: 7, duration: 4 * time.Second, settle: time.Second,
 	hookTools:   []string{"lattrace", "bpftrace srtt", "tcplife", "tcpstates"},
 	rates:       []float64{1000, 10000, 50000},
 	flows:       []int{1000, 10000, 100000},
