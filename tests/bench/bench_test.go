@@ -144,6 +144,9 @@ func TestTargets(t *testing.T) {
 			t.Errorf("%q: %q, want %q", goal, got[goal], want)
 		}
 	}
+	if v := rateVerdict(Spread{Median: 0.5, Min: -5, Max: 6}, 1); !strings.HasPrefix(v, "within the noise") {
+		t.Errorf("a 0.5 %% cost among rounds spread over 11 %%: %q", v)
+	}
 	res.Overload.Lost = 5
 	res.Hooks[0].Programs[0].Ns = 151
 	for _, tg := range Targets(res) {
@@ -168,7 +171,7 @@ func TestWriteReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| lattrace | 995 | 0.5 (0.5 … 0.5) | 1005.0 | +5.0 (+5.0 … +5.0) | seen |", "![rate lost per observer and workload](docs/bench/rr-cost.svg)",
+	for _, want := range []string{"| lattrace | 995 | 0.5 (0.5 … 0.5) | 1005.0 | +5.0 (+5.0 … +5.0) | seen |", "![rate lost per observer and workload](docs/bench/rr-cost.png)",
 		"lattrace_probe | Tracing | 120 | 2.00 | 240", "| 36 (10 round trips x 2 ends + 4 connections x 4) | 30 | 6 | true | true |",
 		"| TestX | network | 20.00 ms | injected | 20.20 ms | +200 µs | 1.0 |"} {
 		if !strings.Contains(string(b), want) {
@@ -176,9 +179,9 @@ func TestWriteReport(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"rr-cost", "hooks", "daemon-cpu", "daemon-memory", "accuracy"} {
-		svg, err := os.ReadFile(filepath.Join(dir, "docs", "bench", f+".svg"))
-		if err != nil || !strings.Contains(string(svg), "<svg") {
-			t.Errorf("%s.svg: %v", f, err)
+		png, err := os.ReadFile(filepath.Join(dir, "docs", "bench", f+".png"))
+		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			t.Errorf("%s.png: %v", f, err)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// writePlots draws the run's figures as SVG files in dir and returns
+// writePlots draws the run's figures as PNG files in dir and returns
 // their file names by figure.
 func writePlots(res *Results, dir string) (map[string]string, error) {
 	out := map[string]string{}
@@ -34,7 +34,9 @@ func writePlots(res *Results, dir string) (map[string]string, error) {
 		if p == nil {
 			continue // no data in this run
 		}
-		file := f.name + ".svg"
+		// PNG: drawn with the fonts the layout was measured in (an SVG's
+		// text is set by the viewer in its own, and labels overrun bars).
+		file := f.name + ".png"
 		if err := p.Save(w, h, filepath.Join(dir, file)); err != nil {
 			return nil, err
 		}
@@ -80,7 +82,19 @@ func plotRR(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	p.NominalX(names...)
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
-	return p, 28 * vg.Centimeter, 12 * vg.Centimeter, nil
+	// Room above the bars for the legend, and below for negative medians
+	// (noise: a run faster than the baseline's).
+	lo, hi := 0.0, 0.0
+	for _, r := range res.RR {
+		for _, o := range observers {
+			if s, ok := r.loss(o.Name); ok {
+				lo, hi = math.Min(lo, s.Median), math.Max(hi, s.Median)
+			}
+		}
+	}
+	p.Y.Min, p.Y.Max = lo-1, hi+(hi-lo)*0.6+1
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+	return p, 32 * vg.Centimeter, 13 * vg.Centimeter, nil
 }
 
 // plotHooks: ns per run of each program of each BPF tool.
@@ -89,13 +103,18 @@ func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 		return nil, 0, 0, nil
 	}
 	p := plot.New()
-	p.Title.Text = "BPF run time per program run (kernel.bpf_stats_enabled), loopback RR 100 B"
+	p.Title.Text = "BPF run time per run of the programs that run per round trip, loopback RR 100 B"
 	p.X.Label.Text = "ns per run"
 	var labels []string
 	var vals plotter.Values
 	for _, h := range res.Hooks {
 		for _, pr := range h.Programs {
-			labels = append(labels, fmt.Sprintf("%s: %s (%.1f/round trip)", h.Tool, pr.Name, pr.PerRoundTrip))
+			// Those of connection events run a few times a run, cold:
+			// the table has them.
+			if pr.PerRoundTrip < 0.5 {
+				continue
+			}
+			labels = append(labels, fmt.Sprintf("%s: %s x%.0f", h.Tool, pr.Name, pr.PerRoundTrip))
 			vals = append(vals, pr.Ns)
 		}
 	}
@@ -182,6 +201,7 @@ func plotFlows(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 		anon.xys = append(anon.xys, plotter.XY{X: x, Y: mib(f.Anon)})
 		maps.xys = append(maps.xys, plotter.XY{X: x, Y: mib(f.MapBytes())})
 	}
+	p.X.Max = rss.xys[len(rss.xys)-1].X * 1.5 // room for the last tick's label
 	return lines(p, []series{rss, anon, maps}, target{"target for the daemon: 64 MiB", rss.xys[0].X, rss.xys[len(rss.xys)-1].X, 64})
 }
 
@@ -227,13 +247,15 @@ func plotAccuracy(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 		return nil, 0, 0, nil
 	}
 	p := plot.New()
-	p.Title.Text = "Accuracy: lattrace against the injected or independently measured truth"
+	p.Title.Text = "Accuracy: error against the truth (truths of 1 ms or more)"
 	p.X.Label.Text = "error, % of the truth"
 	var labels []string
 	var vals plotter.Values
 	for _, a := range res.Accuracy {
 		e := a.ErrorPct()
-		if math.IsNaN(e) {
+		// A few µs off a truth of a few µs is hundreds of %: those rows
+		// are in the table, in µs.
+		if math.IsNaN(e) || a.Unit == "ms" && a.Truth < 1 {
 			continue
 		}
 		labels = append(labels, a.Scenario+": "+a.Quantity)
@@ -245,5 +267,7 @@ func plotAccuracy(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	if err := hbars(p, labels, vals, 1); err != nil {
 		return nil, 0, 0, err
 	}
-	return p, 24 * vg.Centimeter, barsHeight(len(vals)), nil
+	m := math.Max(math.Abs(slices.Min(vals)), math.Abs(slices.Max(vals))) * 1.1
+	p.X.Min, p.X.Max = -m, m
+	return p, 28 * vg.Centimeter, barsHeight(len(vals)), nil
 }

@@ -18,16 +18,16 @@ import (
 //go:embed report.md.tmpl
 var reportTemplate string
 
-// WriteReport writes the markdown report to md and its plots to svgDir.
-func WriteReport(res *Results, md, svgDir string) error {
-	if err := os.MkdirAll(svgDir, 0o755); err != nil {
+// WriteReport writes the markdown report to md and its plots to plotDir.
+func WriteReport(res *Results, md, plotDir string) error {
+	if err := os.MkdirAll(plotDir, 0o755); err != nil {
 		return err
 	}
-	plots, err := writePlots(res, svgDir)
+	plots, err := writePlots(res, plotDir)
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(filepath.Dir(md), svgDir)
+	rel, err := filepath.Rel(filepath.Dir(md), plotDir)
 	if err != nil {
 		return err
 	}

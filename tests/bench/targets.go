@@ -46,6 +46,18 @@ func fmtLoss(s Spread) string {
 	return fmt.Sprintf("%.1f %% (reps %.1f to %.1f)", s.Median, s.Min, s.Max)
 }
 
+// rateVerdict judges a cost in % against a goal of pct, saying so when
+// the rounds scatter too widely for the goal to be told apart from noise.
+func rateVerdict(s Spread, pct float64) string {
+	if s.Median > pct {
+		return "no"
+	}
+	if s.Max-s.Min > 2*pct {
+		return fmt.Sprintf("within the noise (rounds spread over %.0f %%)", s.Max-s.Min)
+	}
+	return "yes"
+}
+
 // Targets judges every goal the run has data for.
 func Targets(res *Results) []Target {
 	var out []Target
@@ -68,7 +80,7 @@ func Targets(res *Results) []Target {
 			out = append(out, t)
 			return
 		}
-		t.Measured, t.Met = "rate: "+fmtLoss(s), verdict(s.Median <= pct)
+		t.Measured, t.Met = "rate: "+fmtLoss(s), rateVerdict(s, pct)
 		if a, ok := r.Added("lattrace"); ok {
 			p := 100 * a.Median / Median(r.P50s[Observers()[0].Name])
 			t.Measured += fmt.Sprintf("; median round trip %+.1f µs (%+.2f %%)", a.Median, p)
