@@ -381,12 +381,18 @@ static __always_inline __u64 wake_flags(__u64 before, __u64 after)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* The ring buffer bytes a record of size bytes takes. */
+static __always_inline __u64 ringbuf_len(__u64 size)
+{
+	return (size + RINGBUF_HDR + 7) & ~7ULL;
+}
+
 /* Submits a reserved record of size bytes. */
 static __always_inline void submit(void *rec, __u64 size)
 {
 	/* The reservation is already in the backlog. */
 	__u64 after = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 len = (size + RINGBUF_HDR + 7) & ~7ULL;
+	__u64 len = ringbuf_len(size);
 
 	bpf_ringbuf_submit(rec, wake_flags(after > len ? after - len : 0, after));
 	count(LT_CNT_RECORDS);
@@ -396,9 +402,8 @@ static __always_inline void submit(void *rec, __u64 size)
 static __always_inline long output(void *data, __u64 size)
 {
 	__u64 before = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 len = (size + RINGBUF_HDR + 7) & ~7ULL;
 
-	return bpf_ringbuf_output(&events, data, size, wake_flags(before, before + len));
+	return bpf_ringbuf_output(&events, data, size, wake_flags(before, before + ringbuf_len(size)));
 }
 
 static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
@@ -442,6 +447,7 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 #define TCP_NAGLE_OFF 1
 #define TCP_NAGLE_CORK 2
 #define TCP_INIT_CWND 10
+#define TCP_RTO_MIN_NS (200ULL * 1000 * 1000)
 
 /* Will the unsent data, this write's included, wait in the send queue
  * rather than leave in this sendmsg? Called before the kernel pushes it:
@@ -460,7 +466,7 @@ static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock 
 	if (after(tp->write_seq, tp->snd_una + tp->snd_wnd))
 		return true;
 	/* After an idle RTO the first transmission restarts the window. */
-	if ((st->cur.flags & LT_EX_SSAI) && !tp->packets_out && st->cur.idle_ns > 200000000ULL && cwnd > TCP_INIT_CWND)
+	if ((st->cur.flags & LT_EX_SSAI) && !tp->packets_out && st->cur.idle_ns > TCP_RTO_MIN_NS && cwnd > TCP_INIT_CWND)
 		cwnd = TCP_INIT_CWND;
 	if (in_flight(tp) + (unsent + mss - 1) / mss > cwnd)
 		return true;
@@ -562,8 +568,6 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	 * path's minimum (the handshake's sample is in it). */
 	pw = path_get(&st->flow, now);
 	rtt = 0;
-	if (!pw)
-		count(LT_CNT_PATH_FULL);
 	if (pw) {
 		path_min_add(pw, ex->min_rtt_us, now);
 		ex->path_min_rtt_us = pw->min_rtt_us;
@@ -768,16 +772,13 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		 * no peer think time) of the middle of a message, with more of it
 		 * in flight (so not the delayed ACK of its last segment). The
 		 * other samples reach the path's minimum through the socket's
-		 * own minimum, at each exchange's end: the path map is a hash
-		 * lookup, too dear for every ACK. */
+		 * own minimum, at each exchange's end. */
 		if (!st->last_in_len_zero || skops->snd_una == skops->snd_nxt ||
 		    st->phase != PHASE_OUT || !after(st->out_seq_end, skops->snd_una))
 			return 1;
 		p = path_get(&st->flow, now);
-		if (!p) {
-			count(LT_CNT_PATH_FULL);
+		if (!p)
 			return 1;
-		}
 		path_min_add(p, rtt, now);
 		path_clean_add(p, rtt, now);
 		return 1;

@@ -169,7 +169,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.otlp = x
 		d.outputs = append(d.outputs, output{"otlp", x})
 		if d.prom != nil {
-			d.prom.AddProducer(x.MetricsProducer())
+			d.prom.SetProducer(x.MetricsProducer())
 		}
 		if mp := x.MeterProvider(); mp != nil {
 			_, err := mp.Meter("github.com/lattrace/lattrace/daemon").Int64ObservableGauge("lattrace.flows",
@@ -424,9 +424,10 @@ func (d *Daemon) reportHealth(ctx context.Context) {
 	}
 }
 
-// drops counts what the kernel side could not record or hand over.
+// drops counts what the kernel side could not record or hand over. A path
+// slot taken over (PathFull) loses RTT history, not records.
 func drops(c tracer.Counters) uint64 {
-	return c.RingbufFull + c.StorageFail + c.DecodeErrors + c.PathFull
+	return c.RingbufFull + c.StorageFail + c.DecodeErrors
 }
 
 func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a aggregate.Counters) {

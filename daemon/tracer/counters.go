@@ -13,6 +13,8 @@ type Counters struct {
 	SocksTracked uint64 `json:"socks_tracked"`
 	Exchanges    uint64 `json:"exchanges_closed"`
 	TstampOff    uint64 `json:"sockets_without_tx_timestamps"`
+	// PathFull counts paths whose RTT history was dropped for another
+	// path's (their slot of the path table was in use within a minute).
 	PathFull     uint64 `json:"path_entry_failures"`
 	Decoded      uint64 `json:"records_decoded"`
 	DecodeErrors uint64 `json:"decode_errors"`
