@@ -298,7 +298,8 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 
 // MetricsProducer hands lattrace's latency metrics to a metric reader
 // (nil with metrics off and no extra readers). The OTLP reader has it
-// already; a reader in Config.MetricReaders needs it as a producer.
+// already; a reader in Config.MetricReaders needs it as a producer
+// (prometheus.Server.SetProducer).
 func (x *Exporter) MetricsProducer() sdkmetric.Producer {
 	if x.m == nil {
 		return nil

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -27,19 +26,19 @@ import (
 
 // Server is a /metrics endpoint with its own registry.
 type Server struct {
-	reg       *prometheus.Registry
-	reader    sdkmetric.Reader
-	producers *producers
-	ln        net.Listener
-	srv       *http.Server
-	mux       *http.ServeMux
+	reg      *prometheus.Registry
+	reader   sdkmetric.Reader
+	producer *lateProducer
+	ln       net.Listener
+	srv      *http.Server
+	mux      *http.ServeMux
 }
 
 // Listen opens addr (host:port) and prepares the registry; Serve answers.
 func Listen(addr string) (*Server, error) {
 	reg := prometheus.NewRegistry()
-	ps := &producers{}
-	reader, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(ps))
+	lp := &lateProducer{}
+	reader, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(lp))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
@@ -49,7 +48,7 @@ func Listen(addr string) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &Server{reg: reg, reader: reader, producers: ps, ln: ln, mux: mux,
+	return &Server{reg: reg, reader: reader, producer: lp, ln: ln, mux: mux,
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
 }
 
@@ -60,33 +59,29 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // Reader is the OpenTelemetry metric reader to add to the MeterProvider.
 func (s *Server) Reader() sdkmetric.Reader { return s.reader }
 
-// AddProducer has each scrape also read p (the OTLP exporter's
+// SetProducer has each scrape also read p (the OTLP exporter's
 // MetricsProducer: lattrace's latency metrics).
-func (s *Server) AddProducer(p sdkmetric.Producer) {
-	s.producers.mu.Lock()
-	defer s.producers.mu.Unlock()
-	s.producers.ps = append(s.producers.ps, p)
+func (s *Server) SetProducer(p sdkmetric.Producer) {
+	s.producer.mu.Lock()
+	defer s.producer.mu.Unlock()
+	s.producer.p = p
 }
 
-// producers are the metric producers a scrape reads besides the SDK's
-// instruments; the reader exists before they do.
-type producers struct {
+// lateProducer is the producer a scrape reads besides the SDK's
+// instruments: the reader exists before it does.
+type lateProducer struct {
 	mu sync.Mutex
-	ps []sdkmetric.Producer
+	p  sdkmetric.Producer
 }
 
-func (p *producers) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
-	p.mu.Lock()
-	ps := slices.Clone(p.ps)
-	p.mu.Unlock()
-	var out []metricdata.ScopeMetrics
-	var errs []error
-	for _, pr := range ps {
-		sm, err := pr.Produce(ctx)
-		out = append(out, sm...)
-		errs = append(errs, err)
+func (l *lateProducer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
+	l.mu.Lock()
+	p := l.p
+	l.mu.Unlock()
+	if p == nil {
+		return nil, nil
 	}
-	return out, errors.Join(errs...)
+	return p.Produce(ctx)
 }
 
 // Addr is where the server listens.

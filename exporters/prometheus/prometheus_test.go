@@ -37,7 +37,7 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Shutdown(context.Background())
-	srv.AddProducer(x.MetricsProducer())
+	srv.SetProducer(x.MetricsProducer())
 	now := record.Now()
 	e := &record.Exchange{Role: record.Requester, Owner: record.Owner{Comm: "curl"}, Retransmits: 2, RTOs: 1, Turns: 2, ExchangeTurns: 2, BytesOut: 100, BytesIn: 1000,
 		Start: now, End: now + record.Mono(20*time.Millisecond), Duration: 20 * time.Millisecond,

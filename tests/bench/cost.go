@@ -192,57 +192,70 @@ func MeasureFlows(ctx context.Context, env *Env, c CostConfig) ([]FlowCost, erro
 	return out, nil
 }
 
-func holdFlows(ctx context.Context, d *Daemon, self string, n int) (f FlowCost, err error) {
-	f.Conns = n
+func holdFlows(ctx context.Context, d *Daemon, self string, n int) (FlowCost, error) {
+	f := FlowCost{Conns: n}
 	m0, err := d.Metrics()
 	if err != nil {
 		return f, err
 	}
-	var gens []*Loadgen
-	defer func() {
-		for _, g := range gens {
-			err = errors.Join(err, g.Close())
-		}
-		if err != nil {
-			return
-		}
-		// The connections' close records, drained.
-		if err = sleepCtx(ctx, 2*time.Second); err != nil {
-			return
-		}
-		m1, merr := d.Metrics()
-		if merr != nil {
-			err = merr
-			return
-		}
-		f.Lost = m1["lattrace_ringbuf_full_total"] - m0["lattrace_ringbuf_full_total"]
-	}()
-	for left := n; left > 0; left -= MaxHoldPerProcess {
-		g, err := StartLoad(self, LoadConfig{Mode: "hold", Conns: min(left, MaxHoldPerProcess), Size: 100}, "")
-		if err != nil {
-			return f, err
-		}
-		gens = append(gens, g)
-		if _, err := g.Result(ctx); err != nil {
-			return f, err
-		}
+	gens, err := holdConns(ctx, self, n)
+	if err == nil {
+		err = measureHeld(ctx, d, &f)
 	}
-	// Two drains and the aggregator's work on what they brought.
+	for _, g := range gens {
+		err = errors.Join(err, g.Close())
+	}
+	if err != nil {
+		return f, err
+	}
+	// The connections' close records, drained.
 	if err := sleepCtx(ctx, 2*time.Second); err != nil {
 		return f, err
 	}
-	m, err := d.Metrics()
+	m1, err := d.Metrics()
 	if err != nil {
 		return f, err
+	}
+	f.Lost = m1["lattrace_ringbuf_full_total"] - m0["lattrace_ringbuf_full_total"]
+	return f, nil
+}
+
+// holdConns opens n connections in as many load generators as the limit
+// of open files needs; they hold them until closed.
+func holdConns(ctx context.Context, self string, n int) ([]*Loadgen, error) {
+	var gens []*Loadgen
+	for left := n; left > 0; left -= MaxHoldPerProcess {
+		g, err := StartLoad(self, LoadConfig{Mode: "hold", Conns: min(left, MaxHoldPerProcess), Size: 100}, "")
+		if err != nil {
+			return gens, err
+		}
+		gens = append(gens, g)
+		if _, err := g.Result(ctx); err != nil {
+			return gens, err
+		}
+	}
+	return gens, nil
+}
+
+// measureHeld reads the daemon's tables and memory, and the kernel maps',
+// once it has taken in the connections.
+func measureHeld(ctx context.Context, d *Daemon, f *FlowCost) error {
+	// Two drains and the aggregator's work on what they brought.
+	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	m, err := d.Metrics()
+	if err != nil {
+		return err
 	}
 	p, err := ReadProc(d.Pid())
 	if err != nil {
-		return f, err
+		return err
 	}
 	f.Flows, f.Evicted = m["lattrace_flows"], m["lattrace_flows_evicted_total"]
 	f.RSS, f.RSSPeak, f.Anon = p.RSS, p.RSSMax, p.Anon
-	f.Maps, err = lattraceMaps(2 * n)
-	return f, err
+	f.Maps, err = lattraceMaps(2 * f.Conns)
+	return err
 }
 
 // lattraceMaps reports the kernel memory of the maps lattrace's programs

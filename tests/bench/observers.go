@@ -41,11 +41,15 @@ type Observer struct {
 	Start func(ctx context.Context, env *Env, sc Scope) (stop func() (string, error), err error)
 }
 
+// Baseline is the observer that watches nothing: every cost is a ratio to
+// its rate in the same round.
+const Baseline = "untraced"
+
 // Observers are the configurations every workload is measured under, the
 // baseline first.
 func Observers() []Observer {
 	return []Observer{
-		{Name: "untraced", What: "nothing watches", Start: startNothing},
+		{Name: Baseline, What: "nothing watches", Start: startNothing},
 		{Name: "lattrace", What: "lattrace daemon as the chart deploys it (API, /metrics, pinned maps) plus OTLP spans and metrics to a local Collector",
 			Start: startLattrace(false)},
 		{Name: "lattrace+jsonl", What: "the same, also writing every record as a JSON line to a file",

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lattrace/lattrace/daemon/tracer"
 )
 
 // Overload is the outcome of starving the daemon while traffic runs.
@@ -28,33 +29,14 @@ type Overload struct {
 // Exact says whether every record made is either decoded or counted lost.
 func (o Overload) Exact() bool { return o.Decoded+o.Lost == o.Made }
 
-// CgroupRoot is the cgroup v2 mount point.
-func CgroupRoot() (string, error) {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return "", err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 3 && f[2] == "cgroup2" {
-			return f[1], nil
-		}
-	}
-	return "", errors.New("no cgroup v2 mounted")
-}
-
 // MeasureOverload runs request/response traffic from a cgroup of its own,
 // traced by a daemon that watches only that cgroup, while the daemon is
 // stopped (SIGSTOP) long enough for its ring buffer to fill. Afterwards
-// every record the traffic made must be decoded or counted as lost.
-func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d time.Duration) (Overload, error) {
-	o, _, err := MeasureOverloadLog(ctx, env, self, conns, d)
-	return o, err
-}
-
-// MeasureOverloadLog is MeasureOverload that also returns the daemon's log.
-func MeasureOverloadLog(ctx context.Context, env *Env, self string, conns int, d time.Duration) (o Overload, log string, err error) {
+// every record the traffic made must be decoded or counted as lost. It
+// returns the daemon's log too.
+func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d time.Duration) (o Overload, log string, err error) {
 	o = Overload{Conns: conns, Stopped: d.String()}
-	root, err := CgroupRoot()
+	root, err := tracer.Cgroup2Root()
 	if err != nil {
 		return o, log, err
 	}

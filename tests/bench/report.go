@@ -72,7 +72,7 @@ func WriteReport(res *Results, md, plotDir string) error {
 		return err
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]any{"R": res, "Targets": Targets(res), "Plots": plots}); err != nil {
+	if err := t.Execute(&b, map[string]any{"R": res, "Targets": Targets(res), "Plots": plots, "Baseline": Baseline}); err != nil {
 		return err
 	}
 	return os.WriteFile(md, b.Bytes(), 0o644)
@@ -117,7 +117,7 @@ func Summary(res *Results) string {
 					continue
 				}
 				cost := "baseline"
-				if s, ok := r.loss(o.Name); ok && o.Name != res.Observers[0].Name {
+				if s, ok := r.loss(o.Name); ok && o.Name != Baseline {
 					cost = fmt.Sprintf("%.1f (%.1f … %.1f)", s.Median, s.Min, s.Max)
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s %s\t%s\n", r.Workload, o.Name, fmtRate(Median(r.Rates[o.Name])), r.Unit, cost)

@@ -20,10 +20,8 @@ import (
 type Workload struct {
 	Name string
 	Unit string // of Run's result
-	// Scope is where its traffic flows; set by Open.
-	Scope Scope
 	// open starts what stays up across runs (servers, a lab) and returns
-	// the run function and the teardown.
+	// the run function, the teardown and where the traffic flows.
 	open func(ctx context.Context) (run func(ctx context.Context, d time.Duration) (Run, error), close func(), sc Scope, err error)
 }
 
@@ -191,13 +189,13 @@ type Result struct {
 
 // Ratio is an observer's rate over the baseline's, paired by repetition.
 func (r Result) Ratio(observer string) Spread {
-	return SpreadOf(Ratios(r.Rates[observer], r.Rates[Observers()[0].Name]))
+	return SpreadOf(Ratios(r.Rates[observer], r.Rates[Baseline]))
 }
 
 // Added is the median round trip an observer adds, in µs, paired by
 // repetition with the baseline's (ok false without medians).
 func (r Result) Added(observer string) (Spread, bool) {
-	base, obs := r.P50s[Observers()[0].Name], r.P50s[observer]
+	base, obs := r.P50s[Baseline], r.P50s[observer]
 	n := min(len(base), len(obs))
 	if n == 0 {
 		return Spread{}, false

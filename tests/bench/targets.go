@@ -82,7 +82,7 @@ func Targets(res *Results) []Target {
 		}
 		t.Measured, t.Met = "rate: "+fmtLoss(s), rateVerdict(s, pct)
 		if a, ok := r.Added("lattrace"); ok {
-			p := 100 * a.Median / Median(r.P50s[Observers()[0].Name])
+			p := 100 * a.Median / Median(r.P50s[Baseline])
 			t.Measured += fmt.Sprintf("; median round trip %+.1f µs (%+.2f %%)", a.Median, p)
 			if byMedian {
 				t.Met = verdict(p <= pct)

@@ -25,7 +25,7 @@ func TestRingBufferOverflowCounted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, log, err := bench.MeasureOverloadLog(ctx, &bench.Env{Lattrace: lattrace, Dir: t.TempDir()}, self, 4, 3*time.Second)
+	o, log, err := bench.MeasureOverload(ctx, &bench.Env{Lattrace: lattrace, Dir: t.TempDir()}, self, 4, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

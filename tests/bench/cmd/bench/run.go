@@ -200,7 +200,7 @@ func run(args []string) int {
 		res.Flows = f
 	}
 	if has("overload") {
-		o, err := bench.MeasureOverload(ctx, env, self, 4, p.overloadFor)
+		o, _, err := bench.MeasureOverload(ctx, env, self, 4, p.overloadFor)
 		if err != nil {
 			failed("overload", err)
 		} else {
