@@ -46,9 +46,9 @@ const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 
 /* Set by the loader. */
-/* Wake user space each time the backlog grows by this many bytes; between
- * wakeups the daemon drains on a timer. A wakeup costs microseconds here,
- * far more than a record. */
+/* Wake user space each time the backlog grows by this many bytes (a power
+ * of two); between wakeups the daemon drains on a timer. A wakeup costs
+ * microseconds here, far more than a record. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
 /* Use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15). */
 const volatile bool use_tx_tstamp = true;
@@ -60,6 +60,7 @@ const volatile bool filter_cgroup = false;
 const volatile __u64 path_window_ns = 2000000000ULL;
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 extern int bpf_sock_ops_enable_tx_tstamp(struct bpf_sock_ops_kern *skops, __u64 flags) __ksym __weak;
 
 enum phase {
@@ -139,11 +140,12 @@ struct path_key {
  * takes the less recently used of its two slots; taking one that was
  * still in use counts in LT_CNT_PATH_FULL. */
 #define PATH_BUCKETS 16
-#define PATH_BUCKET_NS (32ULL * 1000 * 1000)
+/* 2^25 ns (33.6 ms): a shift, where a division costs the hot path. */
+#define PATH_BUCKET_SHIFT 25
 #define PATH_MIN_AGE_NS (300ULL * 1000 * 1000 * 1000)
 
 struct path_rtt {
-	__u64 epoch[PATH_BUCKETS]; /* time / PATH_BUCKET_NS of the bucket's samples */
+	__u64 epoch[PATH_BUCKETS]; /* time >> PATH_BUCKET_SHIFT of the bucket's samples */
 	__u32 min[PATH_BUCKETS];
 	struct winmin recent;
 	__u64 min_rtt_ns_at;
@@ -205,7 +207,7 @@ static __always_inline bool before_eq(__u32 a, __u32 b) { return (__s32)(a - b) 
 
 static __always_inline void winmin_add(struct winmin *w, __u32 v, __u64 now)
 {
-	if (now - w->cur_start > path_window_ns / 2) {
+	if (now - w->cur_start > path_window_ns >> 1) {
 		w->prev = (now - w->cur_start > path_window_ns) ? 0 : w->cur;
 		w->cur = v;
 		w->cur_start = now;
@@ -218,7 +220,7 @@ static __always_inline __u32 winmin_get(const struct winmin *w, __u64 now)
 {
 	if (!w->cur_start || now - w->cur_start > path_window_ns)
 		return 0;
-	if (w->prev && (now - w->cur_start) <= path_window_ns / 2 && w->prev < w->cur)
+	if (w->prev && (now - w->cur_start) <= path_window_ns >> 1 && w->prev < w->cur)
 		return w->prev;
 	return w->cur;
 }
@@ -227,6 +229,17 @@ static __always_inline __u32 winmin_get(const struct winmin *w, __u64 now)
  * plain (CO-RE relocated) loads, several times cheaper than a
  * bpf_probe_read_kernel call each. BPF_CORE_READ stays where a pointer
  * is cast beyond its BTF type. */
+/* A socket known to be TCP (the hook is TCP's, or the socket has state,
+ * which only TCP sockets get) as its tcp_sock, read-only. The kfunc is a
+ * cast resolved when the program loads; bpf_skc_to_tcp_sock, for kernels
+ * without it, is a helper call that checks the type again on every run. */
+static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)
+{
+	if (bpf_rdonly_cast)
+		return bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
+	return bpf_skc_to_tcp_sock(sk);
+}
+
 static __always_inline bool is_tcp(const struct sock *sk)
 {
 	__u16 family = sk->__sk_common.skc_family;
@@ -277,7 +290,7 @@ static __always_inline void path_min_add(struct path_rtt *p, __u32 v, __u64 now)
 
 static __always_inline void path_clean_add(struct path_rtt *p, __u32 v, __u64 now)
 {
-	__u64 e = now / PATH_BUCKET_NS;
+	__u64 e = now >> PATH_BUCKET_SHIFT;
 	__u32 i = e & (PATH_BUCKETS - 1);
 
 	if (p->epoch[i] != e) {
@@ -292,9 +305,23 @@ static __always_inline void path_clean_add(struct path_rtt *p, __u32 v, __u64 no
 /* The minimum clean RTT of samples taken between from and to. */
 static __always_inline __u32 path_rtt_between(const struct path_rtt *p, __u64 from, __u64 to)
 {
-	__u64 lo = from / PATH_BUCKET_NS, hi = to / PATH_BUCKET_NS;
+	__u64 lo = from >> PATH_BUCKET_SHIFT, hi = to >> PATH_BUCKET_SHIFT;
 	__u32 best = 0;
 
+	if (hi - lo < PATH_BUCKETS) {
+		/* A span shorter than the buckets (nearly every exchange fits in
+		 * one): epoch e can only be in bucket e % PATH_BUCKETS. */
+		for (int k = 0; k < PATH_BUCKETS; k++) {
+			__u64 e = lo + k;
+			__u32 i = e & (PATH_BUCKETS - 1);
+
+			if (e > hi)
+				break;
+			if (p->epoch[i] == e && p->min[i] && (!best || p->min[i] < best))
+				best = p->min[i];
+		}
+		return best;
+	}
 	for (int i = 0; i < PATH_BUCKETS; i++) {
 		if (p->epoch[i] < lo || p->epoch[i] > hi || !p->min[i])
 			continue;
@@ -376,7 +403,9 @@ static __always_inline void note_owner(struct lt_owner *o)
  * record in this VM, five times the rest of the hook. */
 static __always_inline __u64 wake_flags(__u64 before, __u64 after)
 {
-	if (after / wakeup_bytes != before / wakeup_bytes)
+	/* wakeup_bytes is a power of two: the quotients differ exactly when
+	 * the positions differ in a bit of wakeup_bytes or above. */
+	if ((after ^ before) >= wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }
@@ -849,7 +878,7 @@ int BPF_PROG(lattrace_sendmsg_locked, struct sock *sk, struct msghdr *msg, struc
 	if (!st)
 		return 0;
 	st->send_skbs++;
-	tp = bpf_skc_to_tcp_sock(sk);
+	tp = tcp_sk_of(sk);
 	if (!tp)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -888,7 +917,7 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
 	note_owner(&st->owner);
-	tp = bpf_skc_to_tcp_sock(sk);
+	tp = tcp_sk_of(sk);
 	if (!tp || st->phase != PHASE_OUT)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -925,7 +954,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	st = sock_state(sk, !filter_cgroup);
 	if (!st)
 		return 0;
-	tp = bpf_skc_to_tcp_sock(sk);
+	tp = tcp_sk_of(sk);
 	if (!tp)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -991,7 +1020,7 @@ int BPF_PROG(lattrace_recv_length, struct sock *sk, int ret, int flags)
 	if (!st && (!is_tcp(sk) || !task_in_scope() || !(st = sock_state(sk, true))))
 		return 0;
 	note_owner(&st->owner);
-	tp = bpf_skc_to_tcp_sock(sk);
+	tp = tcp_sk_of(sk);
 	if (!tp || st->phase != PHASE_IN)
 		return 0;
 	if (!after(st->in_seq_end, tp->copied_seq))

@@ -65,6 +65,10 @@ type History struct {
 	mu    sync.Mutex
 	flows map[uint64]*flow
 	lru   list.List // front: most recently active
+	// free holds forgotten flows for reuse, rings included: under
+	// connection churn a new flow per connection was most of the daemon's
+	// garbage.
+	free []*flow
 }
 
 // New returns an empty History.
@@ -85,11 +89,15 @@ func (h *History) Add(e *record.Exchange) {
 	f := h.flows[e.Cookie]
 	if f == nil {
 		if len(h.flows) >= h.cfg.Flows {
-			old := h.lru.Back().Value.(*flow)
-			h.lru.Remove(old.elem)
-			delete(h.flows, old.cookie)
+			h.forget(h.lru.Back().Value.(*flow))
 		}
-		f = &flow{cookie: e.Cookie, ring: make([]Sample, 0, 8), curAt: e.Time}
+		if n := len(h.free); n > 0 {
+			f, h.free = h.free[n-1], h.free[:n-1]
+			*f = flow{ring: f.ring[:0]}
+		} else {
+			f = &flow{ring: make([]Sample, 0, 8)}
+		}
+		f.cookie, f.curAt = e.Cookie, e.Time
 		f.elem = h.lru.PushFront(f)
 		h.flows[e.Cookie] = f
 	} else {
@@ -172,8 +180,17 @@ func (h *History) Forget(cookie uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if f := h.flows[cookie]; f != nil {
-		h.lru.Remove(f.elem)
-		delete(h.flows, cookie)
+		h.forget(f)
+	}
+}
+
+// forget drops f, keeping it for reuse. The caller holds mu.
+func (h *History) forget(f *flow) {
+	h.lru.Remove(f.elem)
+	delete(h.flows, f.cookie)
+	f.elem = nil
+	if len(h.free) < h.cfg.Flows/8+1 {
+		h.free = append(h.free, f)
 	}
 }
 

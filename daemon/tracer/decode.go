@@ -25,12 +25,12 @@ func view[T any](raw []byte) (*T, bool) {
 	return (*T)(unsafe.Pointer(&raw[0])), true
 }
 
-func connClose(c *lattraceLtConnClose) record.ConnClose {
+func connClose(c *lattraceLtConnClose, n *names) record.ConnClose {
 	return record.ConnClose{
 		Time:        record.Mono(c.Hdr.TsNs),
 		Cookie:      c.Cookie,
 		Flow:        flow(&c.Flow),
-		Owner:       owner(&c.Owner),
+		Owner:       owner(&c.Owner, n),
 		Role:        role(c.Role),
 		Established: record.Mono(c.EstablishedNs),
 		SendCalls:   c.SendmsgCalls,
@@ -56,17 +56,55 @@ func addr(family uint16, b [16]uint8) netip.Addr {
 	return netip.AddrFrom16(b).Unmap()
 }
 
-func owner(o *lattraceLtOwner) record.Owner {
-	return record.Owner{PID: o.Pid, TID: o.Tid, CgroupID: o.CgroupId, Comm: cString(o.Comm[:])}
+// owner converts the record's owner; n, when not nil, interns its command.
+func owner(o *lattraceLtOwner, n *names) record.Owner {
+	return record.Owner{PID: o.Pid, TID: o.Tid, CgroupID: o.CgroupId, Comm: n.get(o.Comm[:])}
 }
 
-// cString reads a NUL-terminated C char array.
-func cString(c []int8) string {
+// cBytes is a NUL-terminated C char array's bytes, in place.
+func cBytes(c []int8) []byte {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&c[0])), len(c))
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	return string(b)
+	return b
+}
+
+// names interns the short strings records repeat (command names, congestion
+// control algorithms): a host has a few hundred of them at most, and a new
+// string per record was half of the daemon's allocations. Not safe for
+// concurrent use: the draining goroutine owns one.
+type names struct {
+	m map[string]string
+	// last is the string get returned last: records come in runs from
+	// the same process, and comparing is cheaper than hashing.
+	last string
+}
+
+// maxNames bounds the table; a host cycling through more distinct command
+// names than this only costs the allocations the table saves elsewhere.
+const maxNames = 4096
+
+// get returns c as a string; on a nil table, a fresh copy.
+func (n *names) get(c []int8) string {
+	b := cBytes(c)
+	if n == nil {
+		return string(b)
+	}
+	if string(b) == n.last { // neither conversion allocates
+		return n.last
+	}
+	if s, ok := n.m[string(b)]; ok {
+		n.last = s
+		return s
+	}
+	if len(n.m) >= maxNames || n.m == nil {
+		n.m = make(map[string]string, 64)
+	}
+	s := string(b)
+	n.m[s] = s
+	n.last = s
+	return s
 }
 
 func exchangeRole(r uint32) record.ExchangeRole {
@@ -102,14 +140,16 @@ func connOpen(c *lattraceLtConnOpen) record.ConnOpen {
 
 func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// exchange converts the kernel's record and computes its components.
-func exchange(x *lattraceLtExchange) *record.Exchange {
+// exchange converts the kernel's record into e, overwriting all of it, and
+// computes its components. Filling one reused record instead of a new one
+// per exchange spares the garbage collector some 600 bytes per record.
+func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 	has := func(f lattraceLtExchangeFlag) bool { return x.Flags&uint32(f) != 0 }
-	e := &record.Exchange{
+	*e = record.Exchange{
 		Time:     record.Mono(x.Hdr.TsNs),
 		Cookie:   x.Cookie,
 		Flow:     flow(&x.Flow),
-		Owner:    owner(&x.Owner),
+		Owner:    owner(&x.Owner, comms),
 		ConnRole: role(x.ConnRole),
 		Timeline: record.Timeline{
 			Connect: record.Mono(x.ConnectNs), Established: record.Mono(x.EstablishedNs),
@@ -149,10 +189,9 @@ func exchange(x *lattraceLtExchange) *record.Exchange {
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
 	}
 	e.Role = exchangeRole(x.Role)
-	e.CongestionControl = cString(x.Cong[:])
+	e.CongestionControl = congs.get(x.Cong[:])
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(x.AckRttUs)
 	}
 	latency.Attribute(e)
-	return e
 }

@@ -37,7 +37,7 @@ func (t *Tracer) InFlight() ([]record.InFlight, error) {
 		in := record.InFlight{
 			Cookie:       x.Cookie,
 			Flow:         flow(&x.Flow),
-			Owner:        owner(&x.Owner),
+			Owner:        owner(&x.Owner, nil),
 			ConnRole:     role(x.ConnRole),
 			Start:        record.Mono(x.StartNs),
 			LastActivity: record.Mono(x.LastActivityNs),

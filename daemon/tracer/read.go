@@ -9,7 +9,8 @@ import (
 // Sink receives decoded records, on the reading goroutine: it must not block
 // for long, or the ring buffer fills and the kernel counts drops.
 type Sink interface {
-	// Exchange gets a record the sink may keep: it is not reused.
+	// Exchange gets a record valid until it returns: the tracer reuses
+	// it for the next one, so a sink that keeps it keeps a copy.
 	Exchange(*record.Exchange)
 	ConnOpen(record.ConnOpen)
 	ConnClose(record.ConnClose)
@@ -76,11 +77,21 @@ func (t *Tracer) decode(raw []byte, sink Sink) {
 	}
 	switch lattraceLtRecordKind(hdr.Kind) {
 	case lattraceLtRecordKindLT_RECORD_EXCHANGE:
-		ok = deliver(raw, exchange, sink.Exchange)
+		var x *lattraceLtExchange
+		if x, ok = view[lattraceLtExchange](raw); ok {
+			exchange(x, &t.ex, &t.comms, &t.congs)
+			sink.Exchange(&t.ex)
+		}
 	case lattraceLtRecordKindLT_RECORD_CONN_OPEN:
-		ok = deliver(raw, connOpen, sink.ConnOpen)
+		var x *lattraceLtConnOpen
+		if x, ok = view[lattraceLtConnOpen](raw); ok {
+			sink.ConnOpen(connOpen(x))
+		}
 	case lattraceLtRecordKindLT_RECORD_CONN_CLOSE:
-		ok = deliver(raw, connClose, sink.ConnClose)
+		var x *lattraceLtConnClose
+		if x, ok = view[lattraceLtConnClose](raw); ok {
+			sink.ConnClose(connClose(x, &t.comms))
+		}
 	default:
 		ok = false
 	}
@@ -89,14 +100,4 @@ func (t *Tracer) decode(raw []byte, sink Sink) {
 	} else {
 		t.decodeErrors.Add(1)
 	}
-}
-
-// deliver reads raw as the kernel's type K, converts it and hands it on;
-// false when raw is too short to be a K.
-func deliver[K, R any](raw []byte, convert func(*K) R, to func(R)) bool {
-	k, ok := view[K](raw)
-	if ok {
-		to(convert(k))
-	}
-	return ok
 }

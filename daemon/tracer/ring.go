@@ -23,8 +23,11 @@ import (
 // (cilium/ebpf#2037), but no release carries it yet; replace this type with
 // it when one does. The layout below is the kernel's ABI
 // (kernel/bpf/ringbuf.c): one read-write consumer page, then a read-only
-// producer page followed by the data pages mapped twice, so that a record
-// wrapping the end reads as one contiguous slice.
+// producer page followed by the data pages. The kernel offers the data
+// pages twice in a row, so that a record wrapping the end reads as one
+// slice; we map them once (a second mapping of the same memory would add
+// the whole ring to the daemon's RSS again) and copy the rare record that
+// wraps.
 type ring struct {
 	cons, prod []byte // the two mappings
 	consPos    *uint64
@@ -34,6 +37,10 @@ type ring struct {
 	epfd       int
 	efd        int // an eventfd in the epoll set: interrupt wakes wait
 	events     [2]unix.EpollEvent
+	// wrapped holds the last record that wrapped the end of data; wraps
+	// counts them (tests check the path is taken).
+	wrapped []byte
+	wraps   uint64
 	// read is the position after the last record handed out, ahead of
 	// the committed consumer position until commit.
 	read uint64
@@ -55,7 +62,7 @@ func newRing(m *ebpf.Map) (*ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping the ring buffer's consumer page: %w", err)
 	}
-	prod, err := unix.Mmap(m.FD(), int64(page), page+2*size, unix.PROT_READ, unix.MAP_SHARED)
+	prod, err := unix.Mmap(m.FD(), int64(page), page+size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		unix.Munmap(cons)
 		return nil, fmt.Errorf("mapping the ring buffer's data: %w", err)
@@ -122,8 +129,9 @@ func (r *ring) interrupt() {
 }
 
 // next returns the next committed-by-the-kernel record after the last one
-// handed out, as a view into the ring valid until commit, with the position
-// just past it; ok is false when there is none (yet).
+// handed out, as a view valid until the next call (into the ring, or a copy
+// for a record that wraps its end), with the position just past it; ok is
+// false when there is none (yet).
 func (r *ring) next() (raw []byte, end uint64, ok bool) {
 	prod := atomic.LoadUint64(r.prodPos)
 	for r.read < prod {
@@ -138,6 +146,14 @@ func (r *ring) next() (raw []byte, end uint64, ok bool) {
 		r.read += (ringHdrSize + n + 7) &^ 7
 		if hdr&ringDiscardBit != 0 {
 			continue
+		}
+		if start+n > uint64(len(r.data)) {
+			// Headers are 8-byte aligned and the data is whole pages, so
+			// only a record's body wraps.
+			head := r.data[start:]
+			r.wrapped = append(append(r.wrapped[:0], head...), r.data[:n-uint64(len(head))]...)
+			r.wraps++
+			return r.wrapped, r.read, true
 		}
 		return r.data[start : start+n], r.read, true
 	}

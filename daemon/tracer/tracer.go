@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/lattrace/lattrace/daemon/record"
 )
 
 // Options configure Open. The zero value is usable.
@@ -32,7 +35,8 @@ type Options struct {
 	// DrainInterval is how often user space empties the ring buffer when the
 	// kernel has not woken it (it wakes it only past WakeupBytes).
 	DrainInterval time.Duration
-	// WakeupBytes is the fill level at which the kernel wakes the reader.
+	// WakeupBytes is the fill level at which the kernel wakes the reader,
+	// rounded up to a power of two (the programs test it with a mask).
 	WakeupBytes uint64
 	// RingBufferBytes sizes the ring buffer (a power of two of at least a
 	// page; default DefaultRingBufferBytes). It must hold what the node
@@ -57,6 +61,7 @@ func (o *Options) defaults() {
 	if o.WakeupBytes == 0 {
 		o.WakeupBytes = 256 * 1024
 	}
+	o.WakeupBytes = 1 << bits.Len64(o.WakeupBytes-1)
 	if o.RingBufferBytes == 0 {
 		o.RingBufferBytes = DefaultRingBufferBytes
 	}
@@ -90,6 +95,11 @@ type Tracer struct {
 	ringID  uint64 // the ring buffer map's kernel id: output cursors refer to it
 	// pos is the ring position just past the record being delivered.
 	pos uint64
+	// These belong to the draining goroutine: the exchange record every
+	// delivery reuses, and the command and congestion control names
+	// records repeat.
+	ex           record.Exchange
+	comms, congs names
 	// inflight walks the socket storage for exchanges in progress; nil
 	// when the kernel refused the iterator.
 	inflight *link.Iter

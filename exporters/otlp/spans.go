@@ -374,28 +374,35 @@ func (c *clock) offset(now record.Mono) int64 {
 	return c.off.Load()
 }
 
-// bucket is a token bucket.
+// bucket is a token bucket on the exchanges' own clock: reading the
+// system clock for every exchange cost more than the rest of the sampling.
 type bucket struct {
 	mu     sync.Mutex
 	rate   float64 // tokens per second
 	burst  float64
 	tokens float64
-	last   time.Time
+	last   record.Mono // 0: not yet started
 }
 
 func (b *bucket) init(rate float64, burst int) {
-	b.rate, b.burst, b.tokens, b.last = rate, float64(burst), float64(burst), time.Now()
+	b.rate, b.burst, b.tokens = rate, float64(burst), float64(burst)
 }
 
-func (b *bucket) take() bool {
+// take spends a token if there is one at now, an exchange's end.
+func (b *bucket) take(now record.Mono) bool {
 	if b.rate <= 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
+	// Records of different CPUs arrive slightly out of order: time only
+	// moves forward here.
+	if now > b.last {
+		if b.last != 0 {
+			b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		}
+		b.last = now
+	}
 	if b.tokens >= 1 {
 		b.tokens--
 		return true

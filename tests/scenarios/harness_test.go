@@ -61,7 +61,8 @@ func (c *collector) Exchange(e *record.Exchange) {
 			c.also.Exchange(e)
 		}
 		c.mu.Lock()
-		c.exchanges = append(c.exchanges, e)
+		x := *e // the tracer reuses e
+		c.exchanges = append(c.exchanges, &x)
 		c.mu.Unlock()
 	}
 }
