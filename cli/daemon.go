@@ -46,6 +46,9 @@ func newDaemon() *cobra.Command {
 				if ox.RatePerSecond < 0 {
 					return usageError{fmt.Errorf("--span-rate %v is negative", ox.RatePerSecond)}
 				}
+				if ox.SlowRatePerSecond <= 0 {
+					return usageError{fmt.Errorf("--span-slow-rate %v: want more than 0", ox.SlowRatePerSecond)}
+				}
 				ox.ServiceVersion = Version()
 				cfg.OTLP = &ox
 			}
@@ -81,6 +84,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&ox.Protocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow (negative: none)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
+	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow exchanges (a connection storm makes every exchange slow); the rest are counted")
 	return cmd
 }
 

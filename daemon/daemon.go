@@ -268,6 +268,7 @@ func (d *Daemon) registerHealth() {
 	if d.otlp != nil {
 		x := d.otlp
 		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
+		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
 		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })
 		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
 	}
@@ -355,7 +356,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer func() { // after the exporter's shutdown below: final numbers
 			st := d.otlp.Stats()
 			d.log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
-				"dropped_sampling", st.DroppedSampling, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
+				"dropped_sampling", st.DroppedSampling, "dropped_slow_budget", st.SlowOverBudget, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
 		}()
 	}
 	defer d.closeOut()

@@ -36,8 +36,10 @@
 //
 // Every exchange is recorded in the metrics. Spans are sampled in one place
 // (Exporter.Exchange): an exchange whose Duration is at least
-// Config.SlowThreshold is always exported; the rest go through a token
-// bucket of Config.RatePerSecond (burst Config.Burst). The SDK's sampler is
+// Config.SlowThreshold is exported within a budget of Config.SlowRatePerSecond
+// (a connection storm makes every exchange slow, and a span per exchange
+// then costs more than the tracing); the rest go through a token bucket of
+// Config.RatePerSecond (burst Config.Burst). The SDK's sampler is
 // AlwaysSample. Stats counts the decisions and the fate of exported spans.
 package otlp
 
@@ -97,6 +99,10 @@ type Config struct {
 	// span; zero exports every exchange, a negative value turns the rule
 	// off (only the rate sample is exported).
 	SlowThreshold time.Duration
+	// SlowRatePerSecond bounds those spans per second, with as deep a
+	// burst (default DefaultSlowRate; negative: no bound). Slow exchanges
+	// beyond it are counted in Stats.SlowOverBudget.
+	SlowRatePerSecond float64
 	// RatePerSecond is the token bucket's rate for the other exchanges;
 	// zero exports none of them. Burst is its depth (default
 	// max(1, RatePerSecond)).
@@ -176,6 +182,9 @@ func (c *Config) defaults() {
 	if c.Burst <= 0 {
 		c.Burst = max(1, int(c.RatePerSecond))
 	}
+	if c.SlowRatePerSecond == 0 {
+		c.SlowRatePerSecond = DefaultSlowRate
+	}
 	if c.ClockResyncInterval <= 0 {
 		c.ClockResyncInterval = time.Second
 	}
@@ -187,10 +196,14 @@ func (c *Config) defaults() {
 	}
 }
 
+// DefaultSlowRate is the default budget of slow spans per second.
+const DefaultSlowRate = 1000
+
 // Stats are the exporter's counters since New.
 type Stats struct {
 	Exchanges       uint64 // exchanges received
 	SampledSlow     uint64 // exported because at or above SlowThreshold
+	SlowOverBudget  uint64 // at or above SlowThreshold, beyond SlowRatePerSecond: not exported
 	SampledRate     uint64 // exported by the rate sample
 	DroppedSampling uint64 // not sampled
 	DroppedQueue    uint64 // sampled but dropped: the span queue was full
@@ -212,14 +225,15 @@ type Exporter struct {
 	mp     *sdkmetric.MeterProvider
 	m      *metrics
 	clock  clock
-	bucket bucket
+	bucket bucket // the random sample
+	slow   bucket // the budget of slow spans
 
 	// pending counts spans ended and not yet handed to the exporter: it
 	// bounds the batch processor's queue so that it never drops silently.
 	pending atomic.Int64
 
-	exchanges, sampledSlow, sampledRate, droppedSampling, droppedQueue  atomic.Uint64
-	spansQueued, spansExported, spansFailed, exportErrors, metricErrors atomic.Uint64
+	exchanges, sampledSlow, slowOverBudget, sampledRate, droppedSampling, droppedQueue atomic.Uint64
+	spansQueued, spansExported, spansFailed, exportErrors, metricErrors                atomic.Uint64
 	// synced is spansQueued at the last Sync that saw them exported;
 	// failing is set by a failed export and cleared by a good one.
 	synced  uint64
@@ -238,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	x := &Exporter{cfg: cfg}
 	x.clock.init(cfg.ClockResyncInterval)
 	x.bucket.init(cfg.RatePerSecond, cfg.Burst)
+	x.slow.init(cfg.SlowRatePerSecond, max(1, int(cfg.SlowRatePerSecond)))
 
 	res, err := resource.New(ctx,
 		resource.WithAttributes(resourceAttrs(cfg)...),
@@ -325,8 +340,12 @@ func (x *Exporter) Exchange(e *record.Exchange) {
 	}
 	switch {
 	case x.cfg.SlowThreshold >= 0 && e.Duration >= x.cfg.SlowThreshold:
+		if x.cfg.SlowRatePerSecond > 0 && !x.slow.take(e.Time) {
+			x.slowOverBudget.Add(1)
+			return
+		}
 		x.sampledSlow.Add(1)
-	case x.bucket.take():
+	case x.bucket.take(e.Time):
 		x.sampledRate.Add(1)
 	default:
 		x.droppedSampling.Add(1)
@@ -419,6 +438,7 @@ func (x *Exporter) Stats() Stats {
 	s := Stats{
 		Exchanges:       x.exchanges.Load(),
 		SampledSlow:     x.sampledSlow.Load(),
+		SlowOverBudget:  x.slowOverBudget.Load(),
 		SampledRate:     x.sampledRate.Load(),
 		DroppedSampling: x.droppedSampling.Load(),
 		DroppedQueue:    x.droppedQueue.Load(),

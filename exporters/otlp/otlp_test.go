@@ -492,3 +492,26 @@ func TestSync(t *testing.T) {
 		t.Errorf("after the outage: %+v, want queued = exported + failed and an empty queue", st)
 	}
 }
+
+// TestSlowSpanBudget: slow exchanges are exported up to the budget, the
+// rest counted; a storm of them must not become a storm of spans.
+func TestSlowSpanBudget(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{SlowThreshold: 0, SlowRatePerSecond: 3})
+	const n = 10
+	for i := range n {
+		x.Exchange(responder(5, 6, uint32(7+i)))
+	}
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * ms) // the file exporter flushes every 100 ms
+	spans := c.WaitForSpans(t, 3, wait, isExchange)
+	if len(spans) != 3 {
+		t.Errorf("%d exchange spans exported, want the budget's 3", len(spans))
+	}
+	st := x.Stats()
+	if st.Exchanges != n || st.SampledSlow != 3 || st.SlowOverBudget != n-3 || st.SampledRate != 0 {
+		t.Errorf("stats %+v: want 3 slow spans and %d over budget", st, n-3)
+	}
+}
