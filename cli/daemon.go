@@ -46,8 +46,8 @@ func newDaemon() *cobra.Command {
 				if ox.RatePerSecond < 0 {
 					return usageError{fmt.Errorf("--span-rate %v is negative", ox.RatePerSecond)}
 				}
-				if ox.SlowRatePerSecond <= 0 {
-					return usageError{fmt.Errorf("--span-slow-rate %v: want more than 0", ox.SlowRatePerSecond)}
+				if ox.SlowRatePerSecond == 0 {
+					return usageError{fmt.Errorf("--span-slow-rate 0: want more than 0, or a negative value for no bound")}
 				}
 				ox.ServiceVersion = Version()
 				cfg.OTLP = &ox
@@ -82,9 +82,9 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint host:port (turns OTLP on)")
 	f.BoolVar(&ox.Insecure, "otlp-insecure", false, "OTLP without TLS")
 	f.StringVar(&ox.Protocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
-	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow (negative: none)")
+	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow, within --span-slow-rate (negative: none)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
-	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow exchanges (a connection storm makes every exchange slow); the rest are counted")
+	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow exchanges (a connection storm makes every exchange slow); the rest are counted (negative: no bound)")
 	return cmd
 }
 

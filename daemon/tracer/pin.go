@@ -270,3 +270,14 @@ func Cleanup(dir string) ([]string, error) {
 	}
 	return removed, nil
 }
+
+// clearArray zeroes every slot of an array map.
+func clearArray(m *ebpf.Map) error {
+	zero := make([]byte, m.ValueSize())
+	for i := range m.MaxEntries() {
+		if err := m.Put(i, zero); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +88,14 @@ func TestPinnedUpgrade(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	switched := record.Now()
 	stopA()
+	markPath(t, dir)
 
 	b, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond, NoTxTimestamps: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pathMarked(t, dir) {
+		t.Error("the path RTT table survived a change of programs, which may read it in other units")
 	}
 	for _, h := range b.Hooks() {
 		if h.Adopted {
@@ -127,9 +132,13 @@ func TestPinnedUpgrade(t *testing.T) {
 		t.Fatalf("no whole record of the exchange in progress at the switch (start before %d): %+v", switched, across)
 	}
 
+	markPath(t, dir)
 	c2, err := Open(Options{PinPath: dir, NoTxTimestamps: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !pathMarked(t, dir) {
+		t.Error("the path RTT table was cleared by a daemon of the same generation")
 	}
 	for _, h := range c2.Hooks() {
 		if h.Attached && !h.Adopted && !strings.HasPrefix(h.Program, "lattrace_inflight") {
@@ -284,4 +293,36 @@ func ours(es []*record.Exchange, port uint16) map[string]bool {
 		}
 	}
 	return m
+}
+
+// markPath writes a marker into the last slot of the pinned path table
+// (the lab's traffic hashes elsewhere only by chance; a real path in that
+// slot would overwrite the marker, not the other way round).
+func markPath(t *testing.T, dir string) {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "paths"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	v := make([]byte, m.ValueSize())
+	v[len(v)-1] = 0xa5
+	if err := m.Put(m.MaxEntries()-1, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pathMarked tells whether markPath's marker is still there.
+func pathMarked(t *testing.T, dir string) bool {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "paths"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	v := make([]byte, m.ValueSize())
+	if err := m.Lookup(m.MaxEntries()-1, v); err != nil {
+		t.Fatal(err)
+	}
+	return v[len(v)-1] == 0xa5
 }

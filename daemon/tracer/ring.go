@@ -40,7 +40,7 @@ type ring struct {
 	// wrapped holds the last record that wrapped the end of data; wraps
 	// counts them (tests check the path is taken).
 	wrapped []byte
-	wraps   uint64
+	wraps   atomic.Uint64
 	// read is the position after the last record handed out, ahead of
 	// the committed consumer position until commit.
 	read uint64
@@ -152,7 +152,7 @@ func (r *ring) next() (raw []byte, end uint64, ok bool) {
 			// only a record's body wraps.
 			head := r.data[start:]
 			r.wrapped = append(append(r.wrapped[:0], head...), r.data[:n-uint64(len(head))]...)
-			r.wraps++
+			r.wraps.Add(1)
 			return r.wrapped, r.read, true
 		}
 		return r.data[start : start+n], r.read, true

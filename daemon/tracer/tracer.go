@@ -173,6 +173,13 @@ func Open(opts Options) (*Tracer, error) {
 			// The new generation's links replace the old ones below;
 			// until it is stored, a crash leaves nothing to adopt.
 			t.state.Delete(keyOf(generationKey))
+			// The path table is a cache whose units other programs may
+			// read otherwise (its buckets' width changed once); it
+			// refills from the next RTT samples.
+			if err := clearArray(t.maps.Maps["paths"]); err != nil {
+				t.Close()
+				return nil, fmt.Errorf("clearing the pinned path RTT table: %w", err)
+			}
 		}
 		t.gen = gen
 	} else if err = t.loadMaps(spec); err != nil {

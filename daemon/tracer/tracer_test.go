@@ -400,8 +400,8 @@ func TestRingWrapsIntact(t *testing.T) {
 		t.Errorf("exchanges by role %v, want %d each", count, n)
 	}
 	// 2n records of ~350 bytes through 256 KiB: a few laps.
-	if tr.ring.wraps == 0 {
+	if tr.ring.wraps.Load() == 0 {
 		t.Error("no record wrapped the ring's end: the test did not test it")
 	}
-	t.Logf("%d records wrapped the end of the ring", tr.ring.wraps)
+	t.Logf("%d records wrapped the end of the ring", tr.ring.wraps.Load())
 }

@@ -96,8 +96,9 @@ type Config struct {
 	NodeName string
 
 	// SlowThreshold: every exchange at least this long is exported as a
-	// span; zero exports every exchange, a negative value turns the rule
-	// off (only the rate sample is exported).
+	// span, within SlowRatePerSecond; zero makes every exchange slow, a
+	// negative value turns the rule off (only the rate sample is
+	// exported).
 	SlowThreshold time.Duration
 	// SlowRatePerSecond bounds those spans per second, with as deep a
 	// burst (default DefaultSlowRate; negative: no bound). Slow exchanges

@@ -393,6 +393,9 @@ func (b *bucket) take(now record.Mono) bool {
 	if b.rate <= 0 {
 		return false
 	}
+	if now == 0 { // an exchange without a time: the bucket's clock must still run
+		now = record.Now()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// Records of different CPUs arrive slightly out of order: time only

@@ -23,7 +23,7 @@ func TestDaemonExportsOTLP(t *testing.T) {
 	col := otelcol.Start(t)
 	metrics := freeAddr(t)
 	cmd, log := startDaemon(t, "daemon", "--output", "none", "--otlp-endpoint", col.GRPCEndpoint(), "--otlp-insecure",
-		"--span-slow-threshold", "0s", "--metrics-addr", metrics)
+		"--span-slow-threshold", "0s", "--span-slow-rate", "-1", "--metrics-addr", metrics)
 	// The traffic comes from a cgroup named the way containerd names a
 	// container's, so the span must carry that container's id.
 	container := strings.Repeat("c0ffee", 10) + "beef"

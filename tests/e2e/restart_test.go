@@ -34,7 +34,7 @@ func TestRestartAfterKill(t *testing.T) {
 	t.Cleanup(func() { run(t, nil, "daemon", "--cleanup", "--pin-path", pins) })
 	out := filepath.Join(t.TempDir(), "records.jsonl")
 	args := []string{"daemon", "--pin-path", pins, "--output-file", out, "--drain-interval", "50ms",
-		"--otlp-endpoint", col.GRPCEndpoint(), "--otlp-insecure", "--span-slow-threshold", "0s", "--metrics-addr", ""}
+		"--otlp-endpoint", col.GRPCEndpoint(), "--otlp-insecure", "--span-slow-threshold", "0s", "--span-slow-rate", "-1", "--metrics-addr", ""}
 
 	lab := netlab.NewT(t, netlab.Config{AtoB: netlab.Link{Delay: 5 * time.Millisecond}, BtoA: netlab.Link{Delay: 5 * time.Millisecond}})
 	netnsA, netnsB := netnsInode(t, lab.A.Netns), netnsInode(t, lab.B.Netns)
