@@ -3,6 +3,7 @@ package tracer
 import (
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -15,42 +16,8 @@ import (
 // think time, and every exchange's components sum to its duration.
 func TestExchangesLoopback(t *testing.T) {
 	_, col := openTracer(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const n, think = 20, 3 * time.Millisecond
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		req, resp := make([]byte, 100), make([]byte, 2000)
-		for i := 0; i < n; i++ {
-			if _, err := io.ReadFull(c, req); err != nil {
-				return
-			}
-			time.Sleep(think)
-			c.Write(resp)
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, resp := make([]byte, 100), make([]byte, 2000)
-	for i := 0; i < n; i++ {
-		if _, err := c.Write(req); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	c.Close()
+	local := pingPong(t, n, 100, 2000, think)
 	col.find(t, local) // the close record comes after the last exchange
 
 	col.mu.Lock()
@@ -157,4 +124,47 @@ func TestTxTimestampsWhenHeldBack(t *testing.T) {
 		return
 	}
 	t.Fatal("no requester exchange for the 1 MiB message")
+}
+
+// pingPong makes n round trips on a new loopback connection: req bytes from
+// the client, then after think resp bytes back. It returns the client's
+// address once the client has closed.
+func pingPong(t *testing.T, n, req, resp int, think time.Duration) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		in, out := make([]byte, req), make([]byte, resp)
+		for range n {
+			if _, err := io.ReadFull(c, in); err != nil {
+				return
+			}
+			time.Sleep(think)
+			c.Write(out)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, in := make([]byte, req), make([]byte, resp)
+	for range n {
+		if _, err := c.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	c.Close()
+	return local
 }

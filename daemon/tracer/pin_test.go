@@ -298,22 +298,13 @@ func ours(es []*record.Exchange, port uint16) map[string]bool {
 // markPath writes a marker into the last slot of the pinned path table
 // (the lab's traffic hashes elsewhere only by chance; a real path in that
 // slot would overwrite the marker, not the other way round).
-func markPath(t *testing.T, dir string) {
-	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "paths"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	v := make([]byte, m.ValueSize())
-	v[len(v)-1] = 0xa5
-	if err := m.Put(m.MaxEntries()-1, v); err != nil {
-		t.Fatal(err)
-	}
-}
+func markPath(t *testing.T, dir string) { pathMarker(t, dir, true) }
 
 // pathMarked tells whether markPath's marker is still there.
-func pathMarked(t *testing.T, dir string) bool {
+func pathMarked(t *testing.T, dir string) bool { return pathMarker(t, dir, false) }
+
+// pathMarker writes the marker when set, and reads it back.
+func pathMarker(t *testing.T, dir string, set bool) bool {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "paths"), nil)
 	if err != nil {
@@ -321,7 +312,14 @@ func pathMarked(t *testing.T, dir string) bool {
 	}
 	defer m.Close()
 	v := make([]byte, m.ValueSize())
-	if err := m.Lookup(m.MaxEntries()-1, v); err != nil {
+	last := m.MaxEntries() - 1
+	if set {
+		v[len(v)-1] = 0xa5
+		err = m.Put(last, v)
+	} else {
+		err = m.Lookup(last, v)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return v[len(v)-1] == 0xa5

@@ -335,41 +335,8 @@ func TestRingWrapsIntact(t *testing.T) {
 	}
 	col := &collector{}
 	t.Cleanup(runCollector(t, tr, col))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const n, reqSize, respSize = 1500, 100, 300
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		req, resp := make([]byte, reqSize), make([]byte, respSize)
-		for range n {
-			if _, err := io.ReadFull(c, req); err != nil {
-				return
-			}
-			c.Write(resp)
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, resp := make([]byte, reqSize), make([]byte, respSize)
-	for range n {
-		if _, err := c.Write(req); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	c.Close()
+	local := pingPong(t, n, reqSize, respSize, 0)
 	col.find(t, local)
 
 	cnt, err := tr.Counters()

@@ -295,11 +295,7 @@ func TestSampling(t *testing.T) {
 		e := responder(5, 6, uint32(7+i)) // 10 ms
 		x.Exchange(e)
 	}
-	if err := x.ForceFlush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * ms) // the file exporter flushes every 100 ms
-	spans := c.WaitForSpans(t, 3, wait, isExchange)
+	spans := flushedSpans(t, c, x, 3)
 	if len(spans) != 3 {
 		t.Errorf("%d exchange spans exported, want 3 (1 slow + burst 2)", len(spans))
 	}
@@ -392,11 +388,7 @@ func TestCollectorRestart(t *testing.T) {
 	time.Sleep(time.Second)
 	c.Restart()
 	spans := c.WaitForSpans(t, 1+5, wait, isExchange)
-	if err := x.ForceFlush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * ms)
-	spans = c.WaitForSpans(t, 1, wait, isExchange)
+	spans = flushedSpans(t, c, x, 1)
 	st := x.Stats()
 	t.Logf("after restart: %d exchange spans, stats %+v", len(spans), st)
 	if st.DroppedQueue == 0 {
@@ -502,11 +494,7 @@ func TestSlowSpanBudget(t *testing.T) {
 	for i := range n {
 		x.Exchange(responder(5, 6, uint32(7+i)))
 	}
-	if err := x.ForceFlush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * ms) // the file exporter flushes every 100 ms
-	spans := c.WaitForSpans(t, 3, wait, isExchange)
+	spans := flushedSpans(t, c, x, 3)
 	if len(spans) != 3 {
 		t.Errorf("%d exchange spans exported, want the budget's 3", len(spans))
 	}
@@ -514,4 +502,15 @@ func TestSlowSpanBudget(t *testing.T) {
 	if st.Exchanges != n || st.SampledSlow != 3 || st.SlowOverBudget != n-3 || st.SampledRate != 0 {
 		t.Errorf("stats %+v: want 3 slow spans and %d over budget", st, n-3)
 	}
+}
+
+// flushedSpans flushes x and returns the exchange spans the collector holds
+// once it has at least n, or whatever it has after the wait.
+func flushedSpans(t *testing.T, c *otelcol.Collector, x *otlp.Exporter, n int) []otelcol.Span {
+	t.Helper()
+	if err := x.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * ms) // the file exporter flushes every 100 ms
+	return c.WaitForSpans(t, n, wait, isExchange)
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/lattrace/lattrace/tests/workload"
 )
 
 // RateCost is the daemon's own cost at one offered exchange rate.
@@ -128,7 +130,7 @@ func measureRate(ctx context.Context, env *Env, c CostConfig, set DaemonSetting,
 		return res, err
 	}
 	defer l.Close()
-	if err := sleepCtx(ctx, warm); err != nil {
+	if err := workload.SleepCtx(ctx, warm); err != nil {
 		return res, err
 	}
 	m0, err := d.Metrics()
@@ -142,7 +144,7 @@ func measureRate(ctx context.Context, env *Env, c CostConfig, set DaemonSetting,
 	t0 := time.Now()
 	var peak uint64
 	for time.Since(t0) < c.Window {
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := workload.SleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return res, err
 		}
 		p, err := ReadProc(d.Pid())
@@ -209,7 +211,7 @@ func holdFlows(ctx context.Context, d *Daemon, self string, n int) (FlowCost, er
 		return f, err
 	}
 	// The connections' close records, drained.
-	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+	if err := workload.SleepCtx(ctx, 2*time.Second); err != nil {
 		return f, err
 	}
 	m1, err := d.Metrics()
@@ -241,7 +243,7 @@ func holdConns(ctx context.Context, self string, n int) ([]*Loadgen, error) {
 // once it has taken in the connections.
 func measureHeld(ctx context.Context, d *Daemon, f *FlowCost) error {
 	// Two drains and the aggregator's work on what they brought.
-	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+	if err := workload.SleepCtx(ctx, 2*time.Second); err != nil {
 		return err
 	}
 	m, err := d.Metrics()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/tests/workload"
 )
 
 // Overload is the outcome of starving the daemon while traffic runs.
@@ -75,7 +76,7 @@ func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d ti
 	// Wait until the daemon has drained what the ring buffer held.
 	var last float64 = -1
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := workload.SleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return o, log, err
 		}
 		m, err := dm.Metrics()

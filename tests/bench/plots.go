@@ -121,14 +121,9 @@ func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	if err := hbars(p, labels, vals, 0); err != nil {
 		return nil, 0, 0, err
 	}
-	line, err := plotter.NewLine(plotter.XYs{{X: 150, Y: -0.5}, {X: 150, Y: float64(len(vals)) - 0.5}})
-	if err != nil {
+	if err := targetLine(p, "target: 150 ns", plotter.XYs{{X: 150, Y: -0.5}, {X: 150, Y: float64(len(vals)) - 0.5}}); err != nil {
 		return nil, 0, 0, err
 	}
-	line.Color = color.RGBA{R: 200, A: 255}
-	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(line)
-	p.Legend.Add("target: 150 ns", line)
 	p.Legend.Top = true
 	return p, 22 * vg.Centimeter, barsHeight(len(vals)), nil
 }
@@ -229,14 +224,10 @@ func lines(p *plot.Plot, ss []series, t target) (*plot.Plot, vg.Length, vg.Lengt
 		p.Add(l, pts)
 		p.Legend.Add(s.name, l, pts)
 	}
-	line, err := plotter.NewLine(plotter.XYs{{X: t.x0, Y: t.y}, {X: t.x1, Y: t.y}})
-	if err != nil {
+	if err := targetLine(p, t.name, plotter.XYs{{X: t.x0, Y: t.y}, {X: t.x1, Y: t.y}}); err != nil {
 		return nil, 0, 0, err
 	}
-	line.Color = color.RGBA{R: 200, A: 255}
-	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(line, plotter.NewGrid())
-	p.Legend.Add(t.name, line)
+	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
 	return p, 16 * vg.Centimeter, 10 * vg.Centimeter, nil
 }
@@ -270,4 +261,18 @@ func plotAccuracy(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 	m := math.Max(math.Abs(slices.Min(vals)), math.Abs(slices.Max(vals))) * 1.1
 	p.X.Min, p.X.Max = -m, m
 	return p, 28 * vg.Centimeter, barsHeight(len(vals)), nil
+}
+
+// targetLine draws a goal as a dashed red line through xys, named in the
+// legend.
+func targetLine(p *plot.Plot, name string, xys plotter.XYs) error {
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	line.Color = color.RGBA{R: 200, A: 255}
+	line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(line)
+	p.Legend.Add(name, line)
+	return nil
 }

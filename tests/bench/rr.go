@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/tests/netlab"
+	"github.com/lattrace/lattrace/tests/workload"
 )
 
 // Workload is traffic whose rate the observers may slow down.
@@ -242,7 +243,7 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 			if err != nil {
 				return res, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
 			}
-			if err := sleepCtx(ctx, o.Settle); err != nil {
+			if err := workload.SleepCtx(ctx, o.Settle); err != nil {
 				_, _ = stop()
 				return res, err
 			}

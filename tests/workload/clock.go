@@ -20,9 +20,9 @@ func MonoNow() int64 {
 	return ts.Nano()
 }
 
-// sleepCtx sleeps for d or until ctx is done, returning ctx.Err() in the
+// SleepCtx sleeps for d or until ctx is done, returning ctx.Err() in the
 // latter case.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+func SleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

@@ -409,7 +409,7 @@ func (s *Server) isClosed() bool {
 func (cs *connState) respond(r ServerRecord, think time.Duration) bool {
 	s := cs.s
 	r.ThinkStartNs = MonoNow()
-	err := sleepCtx(cs.ctx, think)
+	err := SleepCtx(cs.ctx, think)
 	r.ThinkEndNs = MonoNow()
 	if err != nil {
 		r.Error = "canceled during think time"
