@@ -20,13 +20,8 @@ func TestExchangesLoopback(t *testing.T) {
 	local := pingPong(t, n, 100, 2000, think)
 	col.find(t, local) // the close record comes after the last exchange
 
-	col.mu.Lock()
-	defer col.mu.Unlock()
 	count := map[record.ExchangeRole]int{}
-	for _, e := range col.exchanges {
-		if e.Flow.Local != local && e.Flow.Remote != local {
-			continue
-		}
+	for _, e := range col.connExchanges(local) {
 		count[e.Role]++
 		c := e.Components
 		if c.Sum() != e.Duration || e.Duration <= 0 {

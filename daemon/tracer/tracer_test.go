@@ -46,6 +46,20 @@ func (c *collector) ConnClose(r record.ConnClose) {
 
 func (c *collector) Flush() {}
 
+// connExchanges are the exchanges of the connection with an end at addr,
+// both sides.
+func (c *collector) connExchanges(addr netip.AddrPort) []*record.Exchange {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*record.Exchange
+	for _, e := range c.exchanges {
+		if e.Flow.Local == addr || e.Flow.Remote == addr {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // find waits until a close record for the local address shows up.
 func (c *collector) find(t testing.TB, local netip.AddrPort) record.ConnClose {
 	t.Helper()
@@ -346,13 +360,8 @@ func TestRingWrapsIntact(t *testing.T) {
 	if cnt.RingbufFull != 0 || cnt.DecodeErrors != 0 {
 		t.Fatalf("ring full %d, decode errors %d: want none", cnt.RingbufFull, cnt.DecodeErrors)
 	}
-	col.mu.Lock()
-	defer col.mu.Unlock()
 	count := map[record.ExchangeRole]int{}
-	for _, e := range col.exchanges {
-		if e.Flow.Local != local && e.Flow.Remote != local {
-			continue
-		}
+	for _, e := range col.connExchanges(local) {
 		count[e.Role]++
 		out, in := uint64(reqSize), uint64(respSize)
 		if e.Role == record.Responder {
