@@ -21,8 +21,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -44,19 +46,61 @@ func NewInCluster(log *slog.Logger) (*Resolver, error) {
 }
 
 // NewForConfig connects with cfg.
+//
+// It talks to the API server through one REST client per API group rather
+// than client-go's generated clientset: the clientset and its informer
+// factory link all of Kubernetes' API groups into the binary and register
+// them at start-up, which measured 30 MiB more resident memory for the
+// daemon on every node, cluster or not. Three groups are all it reads.
 func NewForConfig(cfg *rest.Config, log *slog.Logger) (*Resolver, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = "lattrace"
-	c, err := kubernetes.NewForConfig(cfg)
+	sc := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, discoveryv1.AddToScheme} {
+		if err := add(sc); err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	// Errors and watch frames come as unversioned meta/v1 objects.
+	metav1.AddToGroupVersion(sc, schema.GroupVersion{Version: "v1"})
+	codecs := serializer.NewCodecFactory(sc).WithoutConversion()
+	client := func(gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
+		c := rest.CopyConfig(cfg)
+		c.UserAgent = "lattrace"
+		c.GroupVersion = &gv
+		c.APIPath = apiPath
+		c.NegotiatedSerializer = codecs
+		return rest.RESTClientFor(c)
+	}
+	core, err := client(corev1.SchemeGroupVersion, "/api")
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return New(c, log), nil
+	apps, err := client(appsv1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	disc, err := client(discoveryv1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	all := func(c cache.Getter, resource string) cache.ListerWatcher {
+		return cache.NewListWatchFromClient(c, resource, metav1.NamespaceAll, fields.Everything())
+	}
+	return New(Watches{
+		Pods:           all(core, "pods"),
+		Services:       all(core, "services"),
+		ReplicaSets:    all(apps, "replicasets"),
+		EndpointSlices: all(disc, "endpointslices"),
+	}, log), nil
+}
+
+// Watches list and watch, cluster-wide, the four kinds a Resolver follows.
+type Watches struct {
+	Pods, Services, ReplicaSets, EndpointSlices cache.ListerWatcher
 }
 
 // Resolver holds the indexes the informers keep current.
 type Resolver struct {
-	factory informers.SharedInformerFactory
+	watches Watches
 	log     *slog.Logger
 
 	mu         sync.RWMutex
@@ -85,18 +129,10 @@ type podInfo struct {
 	ips          []netip.Addr
 }
 
-// New watches through client; Start begins.
-func New(client kubernetes.Interface, log *slog.Logger) *Resolver {
-	// The caches hold every pod, ReplicaSet and slice of the cluster: their
-	// managed fields, often most of an object, are never read.
-	strip := informers.WithTransform(func(obj any) (any, error) {
-		if a, err := meta.Accessor(obj); err == nil {
-			a.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+// New follows w; Start begins.
+func New(w Watches, log *slog.Logger) *Resolver {
 	return &Resolver{
-		factory:    informers.NewSharedInformerFactoryWithOptions(client, 0, strip),
+		watches:    w,
 		log:        log,
 		containers: map[string]containerRef{},
 		podIPs:     map[netip.Addr]string{},
@@ -109,6 +145,16 @@ func New(client kubernetes.Interface, log *slog.Logger) *Resolver {
 	}
 }
 
+// stripManagedFields is the informers' transform: their caches hold every
+// pod, ReplicaSet and slice of the cluster, and the managed fields, often
+// most of an object, are never read.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
 // Start runs the informers until ctx ends and waits for their first list
 // (at most timeout): names are right from the first record.
 func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
@@ -116,7 +162,11 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 	// the informers' caches alone can be synced before the handlers that
 	// build the indexes ran.
 	var synced []cache.InformerSynced
-	handle := func(inf cache.SharedIndexInformer, set func(obj any), del func(obj any)) error {
+	handle := func(lw cache.ListerWatcher, obj runtime.Object, set func(obj any), del func(obj any)) error {
+		inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			return err
+		}
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    set,
 			UpdateFunc: func(_, obj any) { set(obj) },
@@ -127,22 +177,23 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 				del(obj)
 			},
 		})
-		if err == nil {
-			synced = append(synced, reg.HasSynced)
+		if err != nil {
+			return err
 		}
-		return err
+		synced = append(synced, reg.HasSynced)
+		go inf.Run(ctx.Done())
+		return nil
 	}
 	for _, err := range []error{
-		handle(r.factory.Core().V1().Pods().Informer(), r.setPod, r.deletePod),
-		handle(r.factory.Core().V1().Services().Informer(), r.setService, r.deleteService),
-		handle(r.factory.Apps().V1().ReplicaSets().Informer(), r.setReplicaSet, r.deleteReplicaSet),
-		handle(r.factory.Discovery().V1().EndpointSlices().Informer(), r.setSlice, r.deleteSlice),
+		handle(r.watches.Pods, &corev1.Pod{}, r.setPod, r.deletePod),
+		handle(r.watches.Services, &corev1.Service{}, r.setService, r.deleteService),
+		handle(r.watches.ReplicaSets, &appsv1.ReplicaSet{}, r.setReplicaSet, r.deleteReplicaSet),
+		handle(r.watches.EndpointSlices, &discoveryv1.EndpointSlice{}, r.setSlice, r.deleteSlice),
 	} {
 		if err != nil {
 			return fmt.Errorf("kubernetes: %w", err)
 		}
 	}
-	r.factory.Start(ctx.Done())
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), synced...) {

@@ -12,7 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/lattrace/lattrace/daemon/record"
 )
@@ -56,9 +59,31 @@ func cluster() *fake.Clientset {
 	)
 }
 
+// fakeWatches lists and watches the fake cluster through its typed
+// clients, as NewForConfig does a real one through REST clients.
+func fakeWatches(c *fake.Clientset) Watches {
+	lw := func(list func(metav1.ListOptions) (runtime.Object, error), watch func(metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+		// The fake says it cannot stream a watch-list; the reflector then
+		// lists first, as with an older API server.
+		return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListFunc: list, WatchFunc: watch}, c)
+	}
+	ctx := context.Background()
+	core, apps, disc := c.CoreV1(), c.AppsV1(), c.DiscoveryV1()
+	return Watches{
+		Pods: lw(func(o metav1.ListOptions) (runtime.Object, error) { return core.Pods("").List(ctx, o) },
+			func(o metav1.ListOptions) (watch.Interface, error) { return core.Pods("").Watch(ctx, o) }),
+		Services: lw(func(o metav1.ListOptions) (runtime.Object, error) { return core.Services("").List(ctx, o) },
+			func(o metav1.ListOptions) (watch.Interface, error) { return core.Services("").Watch(ctx, o) }),
+		ReplicaSets: lw(func(o metav1.ListOptions) (runtime.Object, error) { return apps.ReplicaSets("").List(ctx, o) },
+			func(o metav1.ListOptions) (watch.Interface, error) { return apps.ReplicaSets("").Watch(ctx, o) }),
+		EndpointSlices: lw(func(o metav1.ListOptions) (runtime.Object, error) { return disc.EndpointSlices("").List(ctx, o) },
+			func(o metav1.ListOptions) (watch.Interface, error) { return disc.EndpointSlices("").Watch(ctx, o) }),
+	}
+}
+
 func start(t *testing.T, c *fake.Clientset) *Resolver {
 	t.Helper()
-	r := New(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := New(fakeWatches(c), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := r.Start(ctx, 5*time.Second); err != nil {
