@@ -95,7 +95,11 @@ func (h *History) Add(e *record.Exchange) {
 			f, h.free = h.free[n-1], h.free[:n-1]
 			*f = flow{ring: f.ring[:0]}
 		} else {
-			f = &flow{ring: make([]Sample, 0, 8)}
+			// The ring grows by append: most flows of a churning host
+			// carry one or two exchanges, and a ring made at full size
+			// for each was a third of the daemon's heap with 2,048 of
+			// them.
+			f = &flow{}
 		}
 		f.cookie, f.curAt = e.Cookie, e.Time
 		f.elem = h.lru.PushFront(f)

@@ -197,8 +197,14 @@ func (c *Config) defaults() {
 	}
 }
 
-// DefaultSlowRate is the default budget of slow spans per second.
-const DefaultSlowRate = 1000
+// DefaultSlowRate is the default budget of slow spans per second. A slow
+// exchange is a trace of up to eight spans (the exchange and its stages),
+// so 100 a second is 800 spans a second from one node, more than a person
+// reads and within what a collector takes from every node of a cluster;
+// the metrics still count every exchange. At 1000 a second a connection
+// storm, where every exchange is slow, filled the span queue within a
+// second and the daemon held some 20 MiB of spans waiting for export.
+const DefaultSlowRate = 100
 
 // Stats are the exporter's counters since New.
 type Stats struct {
