@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +19,7 @@ func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
 	var otlpOn bool
-	var maxPairs, ringMiB int
+	var maxPairs, ringMiB, maxProcs int
 	var cleanup bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -38,6 +39,9 @@ func newDaemon() *cobra.Command {
 				return usageError{fmt.Errorf("--ring-buffer-mib %d: want a power of two from 1 to 1024", ringMiB)}
 			}
 			cfg.Tracer.RingBufferBytes = uint32(ringMiB) << 20
+			if maxProcs < 0 {
+				return usageError{fmt.Errorf("--max-procs %d: want 1 or more, or 0 for Go's default", maxProcs)}
+			}
 			cfg.Version = Version()
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
 				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
@@ -61,6 +65,9 @@ func newDaemon() *cobra.Command {
 			if cleanup {
 				return cleanupPins(cmd, cfg.Tracer.PinPath)
 			}
+			if maxProcs > 0 {
+				runtime.GOMAXPROCS(maxProcs)
+			}
 			return daemon.Run(cmd.Context(), cfg, slog.Default())
 		},
 	}
@@ -70,6 +77,11 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
+	// One CPU by default: the daemon's work is one loop draining the ring,
+	// and a second CPU for the runtime only added wake-ups of idle
+	// threads: at 50k exchanges/s it doubled the daemon's CPU time
+	// (BENCHMARKS.md, section 3) and lost records in connection storms.
+	f.IntVar(&maxProcs, "max-procs", 1, "CPUs that run the daemon's Go code at once (GOMAXPROCS); 0 leaves Go's default: $GOMAXPROCS, else the CPUs the container may use")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")

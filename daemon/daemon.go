@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -367,7 +368,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			attached++
 		}
 	}
-	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output)
+	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output, "max_procs", runtime.GOMAXPROCS(0))
 
 	go d.reportHealth(ctx)
 	if d.api != nil {

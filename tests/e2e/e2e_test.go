@@ -107,6 +107,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{"bad log level", nil, []string{"--log-level", "loud", "version"}, 2, "--log-level"},
 		{"bad OTLP protocol", nil, []string{"daemon", "--otlp-endpoint", "127.0.0.1:1", "--otlp-protocol", "udp"}, 2, "--otlp-protocol"},
 		{"no peer pairs", nil, []string{"daemon", "--metrics-max-peer-pairs", "0"}, 2, "--metrics-max-peer-pairs"},
+		{"negative max procs", nil, []string{"daemon", "--max-procs", "-2"}, 2, "--max-procs -2"},
 		{"unknown command", nil, []string{"bogus"}, 2, `unknown command "bogus"`},
 		{"stray argument", nil, []string{"daemon", "extra"}, 2, "extra"},
 		{"drain interval", nil, []string{"daemon", "--drain-interval", "1ns"}, 2, "outside 1ms..10s"},
@@ -303,11 +304,15 @@ func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 		close(ready)
 	}()
 	select {
-	case _, ok := <-ready:
+	case line, ok := <-ready:
 		if !ok {
 			t.Fatalf("daemon exited before tracing:\n%s", log.String())
 		}
 		checkAttached(t, log.String())
+		// The runtime's own count: one CPU unless the test asked for more.
+		if !slices.Contains(args, "--max-procs") && !strings.Contains(line, " max_procs=1") {
+			t.Errorf("the daemon runs its Go code on more than one CPU by default: %s", line)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("daemon did not start tracing within 10s")
 	}
