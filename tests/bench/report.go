@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"text/template"
 	"time"
+
+	"github.com/lattrace/lattrace/daemon/tracer"
 )
 
 //go:embed report.md.tmpl
@@ -56,11 +58,12 @@ func WriteReport(res *Results, md, plotDir string) error {
 			}
 			return fmt.Sprintf("%+.1f (%+.1f … %+.1f)", a.Median, a.Min, a.Max)
 		},
-		"errpct":   func(a Accuracy) string { return fmtNum(a.ErrorPct(), 1) },
-		"errabs":   func(a Accuracy) string { return fmtAbsErr(a) },
-		"num":      fmtNum,
-		"duration": func(a, b time.Time) string { return b.Sub(a).Round(time.Second).String() },
-		"mulf":     func(a, b float64) float64 { return a * b },
+		"errpct":      func(a Accuracy) string { return fmtNum(a.ErrorPct(), 1) },
+		"errabs":      func(a Accuracy) string { return fmtAbsErr(a) },
+		"num":         fmtNum,
+		"duration":    func(a, b time.Time) string { return b.Sub(a).Round(time.Second).String() },
+		"mulf":        func(a, b float64) float64 { return a * b },
+		"binaryPages": binaryPages,
 		"lastFlows": func(f []FlowCost) *FlowCost {
 			if len(f) == 0 {
 				return nil
@@ -161,4 +164,22 @@ func Summary(res *Results) string {
 	}
 	w.Flush()
 	return b.String()
+}
+
+// binaryPages is the range, over the held-connection rows, of the daemon's
+// file-backed resident pages less the ring buffer it maps: the pages of its
+// own binary it touched, which the page cache shares.
+func binaryPages(flows []FlowCost) string {
+	var lo, hi float64
+	for i, f := range flows {
+		b := mib(f.RSS-f.Anon) - mib(tracer.DefaultRingBufferBytes)
+		if i == 0 || b < lo {
+			lo = b
+		}
+		hi = max(hi, b)
+	}
+	if lo == hi {
+		return fmtNum(lo, 0) + " MiB"
+	}
+	return fmtNum(lo, 0) + " to " + fmtNum(hi, 0) + " MiB"
 }
