@@ -178,8 +178,8 @@ func binaryPages(flows []FlowCost) string {
 		}
 		hi = max(hi, b)
 	}
-	if lo == hi {
-		return fmtNum(lo, 0) + " MiB"
+	if l, h := fmtNum(lo, 0), fmtNum(hi, 0); l != h {
+		return l + " to " + h + " MiB"
 	}
-	return fmtNum(lo, 0) + " to " + fmtNum(hi, 0) + " MiB"
+	return "about " + fmtNum(lo, 0) + " MiB"
 }
