@@ -21,28 +21,7 @@ func BenchmarkLoopbackRR(b *testing.B) {
 	}
 	defer stats.Close()
 	tr, _ := openTracer(b)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 100)
-		for {
-			if _, err := io.ReadFull(c, buf); err != nil {
-				return
-			}
-			if _, err := c.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", replyServer(b, 100, 100, 0))
 	if err != nil {
 		b.Fatal(err)
 	}

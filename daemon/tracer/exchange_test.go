@@ -121,16 +121,16 @@ func TestTxTimestampsWhenHeldBack(t *testing.T) {
 	t.Fatal("no requester exchange for the 1 MiB message")
 }
 
-// pingPong makes n round trips on a new loopback connection: req bytes from
-// the client, then after think resp bytes back. It returns the client's
-// address once the client has closed.
-func pingPong(t *testing.T, n, req, resp int, think time.Duration) netip.AddrPort {
-	t.Helper()
+// replyServer listens on loopback and answers each req-byte message of its
+// first connection with resp bytes after think, until the client closes.
+// It returns the address to dial.
+func replyServer(tb testing.TB, req, resp int, think time.Duration) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer ln.Close()
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -138,15 +138,25 @@ func pingPong(t *testing.T, n, req, resp int, think time.Duration) netip.AddrPor
 		}
 		defer c.Close()
 		in, out := make([]byte, req), make([]byte, resp)
-		for range n {
+		for {
 			if _, err := io.ReadFull(c, in); err != nil {
 				return
 			}
 			time.Sleep(think)
-			c.Write(out)
+			if _, err := c.Write(out); err != nil {
+				return
+			}
 		}
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	return ln.Addr().String()
+}
+
+// pingPong makes n round trips on a new loopback connection: req bytes from
+// the client, then after think resp bytes back. It returns the client's
+// address once the client has closed.
+func pingPong(t *testing.T, n, req, resp int, think time.Duration) netip.AddrPort {
+	t.Helper()
+	c, err := net.Dial("tcp", replyServer(t, req, resp, think))
 	if err != nil {
 		t.Fatal(err)
 	}
