@@ -69,6 +69,17 @@ enum phase {
 	PHASE_IN = 2,  /* the peer's message is arriving */
 };
 
+/* BPF TX timestamping on a socket. It is switched on only once one of
+ * the socket's writes waited in the send queue: with it on, every
+ * sendmsg runs the SENDMSG callback, a sockops run that request/response
+ * traffic, whose writes leave at once, never needs (it was a fifth of the
+ * BPF time of a loopback round trip). */
+enum tstamp_state {
+	TSTAMP_NONE = 0,   /* not needed so far */
+	TSTAMP_ON = 1,
+	TSTAMP_REFUSED = 2, /* the kernel refused it, or it is unavailable */
+};
+
 /* Send-wait causes, in the order of precedence classify() applies. */
 enum wait_cause {
 	WAIT_OTHER = 0,
@@ -103,11 +114,11 @@ struct lt_sock {
 	__u8 phase;
 	__u8 wait_cause;
 	__u8 last_in_len_zero; /* the last incoming segment was a pure ACK */
-	__u8 tstamp;           /* TX timestamping enabled on this socket */
+	__u8 tstamp;           /* enum tstamp_state */
 	__u8 partial;          /* socket first seen after it was established */
 	__u8 emitted_any;
 	__u8 msg_tstamp;       /* the out message's last write is TX timestamped */
-	__u8 _pad;
+	__u8 want_tstamp;      /* a write was held back: switch TX timestamping on */
 };
 
 struct {
@@ -717,8 +728,6 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 	switch (op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
-		int flags = SK_BPF_CB_TX_TIMESTAMPING;
-
 		st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (!st) {
 			count(LT_CNT_STORAGE_FAIL);
@@ -740,16 +749,15 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		st->partial = 0;
 		if (!st->last_activity_ns)
 			st->last_activity_ns = now;
-		/* RTT samples for the path (only clean ones are kept; the
-		 * callbacks cannot be switched per message: the kernel refuses
-		 * flag changes from the TX timestamping callbacks, the only ones
-		 * that see each write). */
+		/* RTT samples for the path (only clean ones are kept). The RTT
+		 * callback is also where TX timestamping is switched on once a
+		 * write was held back (see tstamp_state): the kernel refuses
+		 * flag changes from the TX timestamping callbacks themselves. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
-		if (use_tx_tstamp && bpf_sock_ops_enable_tx_tstamp &&
-		    !bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags)))
-			st->tstamp = 1;
-		else
+		if (!use_tx_tstamp || !bpf_sock_ops_enable_tx_tstamp || !bpf_cast_to_kern_ctx) {
+			st->tstamp = TSTAMP_REFUSED;
 			count(LT_CNT_TSTAMP_OFF);
+		}
 
 		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 		if (!rec) {
@@ -795,7 +803,22 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		struct path_rtt *p;
 
 		st = bpf_sk_storage_get(&socks, bsk, 0, 0);
-		if (!st || !rtt)
+		if (!st)
+			return 1;
+		/* This ACK lets the held-back data go: the message's last
+		 * write, if still to come (or still in this sendmsg), gets
+		 * timestamped. */
+		if (st->want_tstamp && st->tstamp == TSTAMP_NONE) {
+			int flags = SK_BPF_CB_TX_TIMESTAMPING;
+
+			if (bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags))) {
+				st->tstamp = TSTAMP_REFUSED;
+				count(LT_CNT_TSTAMP_OFF);
+			} else {
+				st->tstamp = TSTAMP_ON;
+			}
+		}
+		if (!rtt)
 			return 1;
 		/* Clean samples only: a pure ACK (no reply data riding on it, so
 		 * no peer think time) of the middle of a message, with more of it
@@ -835,7 +858,8 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			/* Timestamp the write's last byte only when it will wait
 			 * in the send queue; otherwise it leaves in this very
 			 * call and sock_send_length sees x1. Each timestamped
-			 * write costs three more callbacks. */
+			 * write costs three more callbacks. (This callback runs
+			 * only on sockets that had a write held back before.) */
 			st->msg_tstamp = held_back(st, tp);
 			if (st->msg_tstamp && bpf_sock_ops_enable_tx_tstamp)
 				bpf_sock_ops_enable_tx_tstamp(kctx, 0);
@@ -894,6 +918,11 @@ int BPF_PROG(lattrace_sendmsg_locked, struct sock *sk, struct msghdr *msg, struc
 		st->wait_last_ns = now;
 		st->wait_cause = classify(sk, tp);
 	} else {
+		/* A later skb of a long write, or a later write of the
+		 * message. A write pushes its data only at its end, so unsent
+		 * data is normal here; data the window will hold is not. */
+		if (st->tstamp == TSTAMP_NONE && held_back(st, tp))
+			st->want_tstamp = 1;
 		wait_account(st, now);
 		st->wait_cause = classify(sk, tp);
 	}
@@ -932,10 +961,13 @@ int BPF_PROG(lattrace_send_length, struct sock *sk, int ret, int flags)
 	}
 	/* Without TX timestamps: if everything written has left TCP, the last
 	 * byte went out inside this write, just before now. */
-	if (!st->msg_tstamp && !after(tp->write_seq, tp->snd_nxt))
+	if (!st->msg_tstamp && !after(tp->write_seq, tp->snd_nxt)) {
 		mark_x1(st, tp, now);
-	else
-		wait_account(st, now), st->wait_cause = classify(sk, tp);
+	} else {
+		st->want_tstamp = 1;
+		wait_account(st, now);
+		st->wait_cause = classify(sk, tp);
+	}
 	return 0;
 }
 

@@ -29,7 +29,7 @@ enum lt_counter {
 	LT_CNT_RECORDS,            /* records submitted to the ring buffer */
 	LT_CNT_SOCKS_TRACKED,      /* sockets that got lattrace state */
 	LT_CNT_EXCHANGES,          /* exchanges closed (submitted or dropped) */
-	LT_CNT_TSTAMP_OFF,         /* sockets without BPF TX timestamping (reconstructed x1/a1) */
+	LT_CNT_TSTAMP_OFF,         /* sockets refused BPF TX timestamping, or on a kernel without it (reconstructed x1/a1) */
 	LT_CNT_PATH_FULL,          /* a path's RTT history was dropped for another's (its slot was used within a minute) */
 	LT_CNT_MAX,
 };

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -119,6 +122,46 @@ func TestTxTimestampsWhenHeldBack(t *testing.T) {
 		return
 	}
 	t.Fatal("no requester exchange for the 1 MiB message")
+}
+
+// TestRequestResponseSkipsTxTimestamping: TX timestamping is switched on
+// only on a socket one of whose writes waited in the send queue. With it
+// on, every sendmsg runs the sockops program once more (the SENDMSG
+// callback). Request/response writes leave at once, so on their sockets
+// the program runs only for the RTT sample of the ACK riding on each
+// reply: about two runs per round trip for both ends, not four.
+func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatalf("enabling BPF run statistics: %v", err)
+	}
+	defer stats.Close()
+	tr, col := openTracer(t)
+	sockops := tr.Programs()["lattrace_sockops"]
+	if sockops == nil {
+		t.Fatal("the sockops program is not attached")
+	}
+	runs := func() uint64 {
+		st, err := sockops.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.RunCount
+	}
+	before := runs()
+	const n = 500
+	local := pingPong(t, n, 100, 100, 0)
+	col.find(t, local)
+	perRT := float64(runs()-before) / n
+	t.Logf("sockops runs per round trip: %.2f", perRT)
+	if perRT > 3 {
+		t.Errorf("sockops ran %.2f times per round trip: the request/response sockets got TX timestamping", perRT)
+	}
+	for _, e := range col.connExchanges(local) {
+		if e.TxTimestamps {
+			t.Fatalf("%s exchange of 100 bytes each way was TX timestamped", e.Role)
+		}
+	}
 }
 
 // replyServer listens on loopback and answers each req-byte message of its

@@ -213,7 +213,7 @@ type lattraceLtSock struct {
 	Partial        uint8
 	EmittedAny     uint8
 	MsgTstamp      uint8
-	Pad            uint8
+	WantTstamp     uint8
 	_              [4]byte
 }
 
