@@ -49,7 +49,7 @@ const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 /* Wake user space each time the backlog grows by this many bytes (a power
  * of two); between wakeups the daemon drains on a timer. A wakeup costs
  * microseconds here, far more than a record. */
-const volatile __u64 wakeup_bytes = 256 * 1024;
+const volatile __u64 wakeup_bytes = 1024 * 1024;
 /* Use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15). */
 const volatile bool use_tx_tstamp = true;
 /* Trace only sockets of tasks in the cgroup subtree held in cgroup_filter

@@ -338,6 +338,40 @@ func TestRingBufferSize(t *testing.T) {
 	}
 }
 
+// TestBurstWakesReader: records wait in the ring buffer for the drain
+// timer, except that a backlog rising past WakeupBytes wakes the reader at
+// once. With a timer of a minute, a burst of several times WakeupBytes
+// must arrive within seconds, and what is left below the level (the
+// burst's tail) must wait for the timer.
+func TestBurstWakesReader(t *testing.T) {
+	const wakeup = 64 << 10
+	tr, err := Open(Options{WakeupBytes: wakeup, DrainInterval: time.Minute})
+	if err != nil {
+		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
+	}
+	col := &collector{}
+	t.Cleanup(runCollector(t, tr, col))
+	const n = 1000 // 2,000 records of about 350 bytes: about 11 levels
+	start := time.Now()
+	local := pingPong(t, n, 100, 100, 0)
+	got := 0
+	for time.Since(start) < 5*time.Second {
+		if got = len(col.connExchanges(local)); got >= n {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d of %d exchanges read %v after the burst began", got, 2*n, time.Since(start).Round(time.Millisecond))
+	if got < n {
+		t.Fatalf("only %d of %d exchanges read within 5 s: the burst did not wake the reader", got, 2*n)
+	}
+	// The last records (under one level) wait for the timer: the reader is
+	// not woken per record.
+	if got >= 2*n {
+		t.Errorf("all %d exchanges read with a one-minute timer: the reader was woken below the level", got)
+	}
+}
+
 // TestRingWrapsIntact: the ring buffer's data is mapped once, so a record
 // that wraps its end is put together from two pieces. Through a small ring
 // that wraps every few hundred records, every exchange of a known
