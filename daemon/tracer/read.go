@@ -55,6 +55,7 @@ func (t *Tracer) Run(ctx context.Context, sink Sink) error {
 // it stops after one ring's worth.
 func (t *Tracer) drain(sink Sink) {
 	limit := t.ring.pending() + t.ring.mask + 1
+	flushed := t.ring.pending()
 	for t.ring.pending() < limit {
 		raw, end, ok := t.ring.next()
 		if !ok {
@@ -62,10 +63,22 @@ func (t *Tracer) drain(sink Sink) {
 		}
 		t.pos = end
 		t.decode(raw, sink)
+		if end-flushed >= flushBytes {
+			sink.Flush()
+			t.ring.commit()
+			flushed = end
+		}
 	}
 	sink.Flush()
 	t.ring.commit()
 }
+
+// flushBytes bounds the records a sink takes between two Flushes. A drain
+// woken at WakeupBytes (an eighth of the ring) holds megabytes of records:
+// in one batch, the JSON lines output buffered all of it (twice the CPU
+// of batches of this size, from growing and dropping its buffer), and the
+// kernel got none of the space back until the end.
+const flushBytes = 256 << 10
 
 func (t *Tracer) decode(raw []byte, sink Sink) {
 	hdr, ok := view[lattraceLtHeader](raw)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lattrace/lattrace/daemon/record"
 )
@@ -369,6 +370,51 @@ func TestBurstWakesReader(t *testing.T) {
 	// not woken per record.
 	if got >= 2*n {
 		t.Errorf("all %d exchanges read with a one-minute timer: the reader was woken below the level", got)
+	}
+}
+
+// batchSink counts what a sink is handed between two Flushes.
+type batchSink struct {
+	*collector
+	n, max, flushes int // touched by the tracer's goroutine only
+}
+
+func (b *batchSink) Exchange(e *record.Exchange)  { b.n++; b.collector.Exchange(e) }
+func (b *batchSink) ConnOpen(o record.ConnOpen)   { b.n++; b.collector.ConnOpen(o) }
+func (b *batchSink) ConnClose(c record.ConnClose) { b.n++; b.collector.ConnClose(c) }
+func (b *batchSink) Flush() {
+	b.max = max(b.max, b.n)
+	b.n = 0
+	b.flushes++
+}
+
+// TestDrainFlushesInBatches: a drain woken at a backlog of a megabyte
+// hands its records over in batches of flushBytes, each followed by a
+// Flush (an output buffers a batch) and the space's return to the kernel.
+func TestDrainFlushesInBatches(t *testing.T) {
+	tr, err := Open(Options{WakeupBytes: 1 << 20, DrainInterval: time.Minute})
+	if err != nil {
+		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
+	}
+	sink := &batchSink{collector: &collector{}}
+	stop := runCollector(t, tr, sink)
+	const n = 2000 // 4,000 exchange records: past the wakeup level once
+	local := pingPong(t, n, 100, 100, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sink.connExchanges(local)) < 2900 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := len(sink.connExchanges(local))
+	stop()
+	recLen := (int(unsafe.Sizeof(lattraceLtExchange{})) + 8 + 7) &^ 7
+	most := flushBytes/recLen + 3 // and a connection record or two
+	t.Logf("%d exchanges read after the wakeup; at most %d records between flushes (bound %d), %d flushes",
+		got, sink.max, most, sink.flushes)
+	if got < 2900 {
+		t.Fatalf("only %d exchanges read: the megabyte backlog did not wake the reader", got)
+	}
+	if sink.max > most {
+		t.Errorf("%d records between two flushes: more than %d bytes of them", sink.max, flushBytes)
 	}
 }
 
