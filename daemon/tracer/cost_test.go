@@ -15,11 +15,7 @@ import (
 // statistics, the average cost of one run of each program and their sum
 // per round trip. Run: go test -run - -bench LoopbackRR ./daemon/tracer/
 func BenchmarkLoopbackRR(b *testing.B) {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatalf("enabling BPF run-time statistics: %v", err)
-	}
-	defer stats.Close()
+	enableRunStats(b)
 	tr, _ := openTracer(b)
 	c, err := net.Dial("tcp", replyServer(b, 100, 100, 0))
 	if err != nil {
@@ -60,12 +56,24 @@ func BenchmarkLoopbackRR(b *testing.B) {
 
 type runStat struct{ count, ns uint64 }
 
-func runStats(b *testing.B, tr *Tracer) map[string]runStat {
+// enableRunStats turns on the kernel's BPF run statistics until the test
+// ends (kernel.bpf_stats_enabled; off again when no one holds it).
+func enableRunStats(tb testing.TB) {
+	tb.Helper()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		tb.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	tb.Cleanup(func() { stats.Close() })
+}
+
+// runStats reads the run count and run time of each of tr's programs.
+func runStats(tb testing.TB, tr *Tracer) map[string]runStat {
 	out := map[string]runStat{}
 	for name, p := range tr.Programs() {
 		st, err := p.Stats()
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		out[name] = runStat{st.RunCount, uint64(st.Runtime)}
 	}

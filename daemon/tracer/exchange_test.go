@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -131,23 +128,12 @@ func TestTxTimestampsWhenHeldBack(t *testing.T) {
 // the program runs only for the RTT sample of the ACK riding on each
 // reply: about two runs per round trip for both ends, not four.
 func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		t.Fatalf("enabling BPF run statistics: %v", err)
-	}
-	defer stats.Close()
+	enableRunStats(t)
 	tr, col := openTracer(t)
-	sockops := tr.Programs()["lattrace_sockops"]
-	if sockops == nil {
+	if tr.Programs()["lattrace_sockops"] == nil {
 		t.Fatal("the sockops program is not attached")
 	}
-	runs := func() uint64 {
-		st, err := sockops.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.RunCount
-	}
+	runs := func() uint64 { return runStats(t, tr)["lattrace_sockops"].count }
 	before := runs()
 	const n = 500
 	local := pingPong(t, n, 100, 100, 0)

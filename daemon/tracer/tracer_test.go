@@ -82,13 +82,34 @@ func (c *collector) find(t testing.TB, local netip.AddrPort) record.ConnClose {
 
 func openTracer(t testing.TB) (*Tracer, *collector) {
 	t.Helper()
-	tr, err := Open(Options{DrainInterval: 20 * time.Millisecond})
+	col := &collector{}
+	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond}, col)
+	return tr, col
+}
+
+// openTracerWith opens a tracer with opts and drains it into sink until
+// the returned stop, or the test's end.
+func openTracerWith(t testing.TB, opts Options, sink Sink) (*Tracer, func()) {
+	t.Helper()
+	tr, err := Open(opts)
 	if err != nil {
 		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
 	}
-	col := &collector{}
-	t.Cleanup(runCollector(t, tr, col))
-	return tr, col
+	stop := sync.OnceFunc(runCollector(t, tr, sink))
+	t.Cleanup(stop)
+	return tr, stop
+}
+
+// waitExchanges waits until the connection with an end at local has want
+// exchanges in col, or until deadline, and returns how many it has.
+func waitExchanges(col *collector, local netip.AddrPort, want int, deadline time.Time) int {
+	for {
+		got := len(col.connExchanges(local))
+		if got >= want || !time.Now().Before(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // runCollector drains tr into col until the returned stop is called.
@@ -345,23 +366,12 @@ func TestRingBufferSize(t *testing.T) {
 // must arrive within seconds, and what is left below the level (the
 // burst's tail) must wait for the timer.
 func TestBurstWakesReader(t *testing.T) {
-	const wakeup = 64 << 10
-	tr, err := Open(Options{WakeupBytes: wakeup, DrainInterval: time.Minute})
-	if err != nil {
-		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
-	}
 	col := &collector{}
-	t.Cleanup(runCollector(t, tr, col))
+	openTracerWith(t, Options{WakeupBytes: 64 << 10, DrainInterval: time.Minute}, col)
 	const n = 1000 // 2,000 records of about 350 bytes: about 11 levels
 	start := time.Now()
 	local := pingPong(t, n, 100, 100, 0)
-	got := 0
-	for time.Since(start) < 5*time.Second {
-		if got = len(col.connExchanges(local)); got >= n {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	got := waitExchanges(col, local, n, start.Add(5*time.Second))
 	t.Logf("%d of %d exchanges read %v after the burst began", got, 2*n, time.Since(start).Round(time.Millisecond))
 	if got < n {
 		t.Fatalf("only %d of %d exchanges read within 5 s: the burst did not wake the reader", got, 2*n)
@@ -392,19 +402,11 @@ func (b *batchSink) Flush() {
 // hands its records over in batches of flushBytes, each followed by a
 // Flush (an output buffers a batch) and the space's return to the kernel.
 func TestDrainFlushesInBatches(t *testing.T) {
-	tr, err := Open(Options{WakeupBytes: 1 << 20, DrainInterval: time.Minute})
-	if err != nil {
-		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
-	}
 	sink := &batchSink{collector: &collector{}}
-	stop := runCollector(t, tr, sink)
+	_, stop := openTracerWith(t, Options{WakeupBytes: 1 << 20, DrainInterval: time.Minute}, sink)
 	const n = 2000 // 4,000 exchange records: past the wakeup level once
 	local := pingPong(t, n, 100, 100, 0)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(sink.connExchanges(local)) < 2900 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	got := len(sink.connExchanges(local))
+	got := waitExchanges(sink.collector, local, 2900, time.Now().Add(5*time.Second))
 	stop()
 	recLen := (int(unsafe.Sizeof(lattraceLtExchange{})) + 8 + 7) &^ 7
 	most := flushBytes/recLen + 3 // and a connection record or two
@@ -423,12 +425,8 @@ func TestDrainFlushesInBatches(t *testing.T) {
 // that wraps every few hundred records, every exchange of a known
 // conversation must arrive whole.
 func TestRingWrapsIntact(t *testing.T) {
-	tr, err := Open(Options{RingBufferBytes: 256 << 10, WakeupBytes: 4 << 10, DrainInterval: 2 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Open: %v (this test loads BPF programs: run it as root)", err)
-	}
 	col := &collector{}
-	t.Cleanup(runCollector(t, tr, col))
+	tr, _ := openTracerWith(t, Options{RingBufferBytes: 256 << 10, WakeupBytes: 4 << 10, DrainInterval: 2 * time.Millisecond}, col)
 	const n, reqSize, respSize = 1500, 100, 300
 	local := pingPong(t, n, reqSize, respSize, 0)
 	col.find(t, local)
