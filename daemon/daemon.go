@@ -265,6 +265,7 @@ func (d *Daemon) registerHealth() {
 	p.Counter("lattrace_records_submitted_total", "records the kernel side submitted", kernel(func(c tracer.Counters) uint64 { return c.Submitted }))
 	p.Counter("lattrace_records_decoded_total", "records the daemon decoded", kernel(func(c tracer.Counters) uint64 { return c.Decoded }))
 	p.Counter("lattrace_decode_errors_total", "records the daemon could not decode", kernel(func(c tracer.Counters) uint64 { return c.DecodeErrors }))
+	p.Counter("lattrace_released_unsynced_total", "times records were released to the kernel before every output made them durable (a slow backend held half the ring)", kernel(func(c tracer.Counters) uint64 { return c.ReleasedUnsynced }))
 	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
 	if d.otlp != nil {
 		x := d.otlp
@@ -435,7 +436,7 @@ func drops(c tracer.Counters) uint64 {
 func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a aggregate.Counters) {
 	d.log.Log(context.Background(), level, msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
 		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
-		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff,
+		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff, "released_unsynced", c.ReleasedUnsynced,
 		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
 }
 

@@ -21,6 +21,12 @@ type Counters struct {
 	// ReplaySkipped counts the deliveries a restarted daemon withheld from
 	// an output because the killed one had already written them (Resume).
 	ReplaySkipped uint64 `json:"replay_skipped,omitempty"`
+	// ReleasedUnsynced counts the times records were given back to the
+	// kernel before an output (a slow tracing backend) had made them
+	// durable, because they held half the ring: a kill then loses that
+	// output's copy of them. (Holding on instead would make the kernel
+	// drop new records, for every output.)
+	ReleasedUnsynced uint64 `json:"released_unsynced,omitempty"`
 }
 
 // Counters reads the per-CPU counters map.
@@ -58,5 +64,6 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.Decoded = t.decoded.Load()
 	c.DecodeErrors = t.decodeErrors.Load()
 	c.ReplaySkipped = t.replaySkipped.Load()
+	c.ReleasedUnsynced = t.releasedUnsynced.Load()
 	return c, nil
 }

@@ -177,7 +177,7 @@ func TestRecordOfAnotherLayout(t *testing.T) {
 // durable is a collector that is an output: what it took is out for good.
 type durable struct{ collector }
 
-func (*durable) Sync() error { return nil }
+func (*durable) Sync(done func(error)) { done(nil) }
 
 // both hands every record to two sinks, as the daemon's fan-out does.
 type both [2]Sink

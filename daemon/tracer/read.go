@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"context"
+	"time"
 
 	"github.com/lattrace/lattrace/daemon/record"
 )
@@ -41,6 +42,7 @@ func (t *Tracer) Run(ctx context.Context, sink Sink) error {
 		}
 		t.drain(sink)
 		if stopping {
+			t.awaitSynced(exitSyncTimeout)
 			return nil
 		}
 		if err := t.ring.wait(t.opts.DrainInterval); err != nil {
@@ -64,14 +66,25 @@ func (t *Tracer) drain(sink Sink) {
 		t.pos = end
 		t.decode(raw, sink)
 		if end-flushed >= flushBytes {
-			sink.Flush()
-			t.ring.commit()
+			t.flush(sink)
 			flushed = end
 		}
 	}
-	sink.Flush()
-	t.ring.commit()
+	t.flush(sink)
 }
+
+// flush ends a batch: the sinks flush, and the kernel gets back what every
+// output has made durable (see release).
+func (t *Tracer) flush(sink Sink) {
+	sink.Flush()
+	t.flushed.Store(t.ring.pending())
+	t.release(t.holdingTooMuch())
+}
+
+// exitSyncTimeout bounds how long a stopping daemon waits for its outputs
+// to sync the last drain: a little more than the OTLP exporter's own bound
+// on a sync.
+const exitSyncTimeout = 2 * time.Second
 
 // flushBytes bounds the records a sink takes between two Flushes. A drain
 // woken at WakeupBytes (an eighth of the ring) holds megabytes of records:

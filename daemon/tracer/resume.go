@@ -1,6 +1,9 @@
 package tracer
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -9,19 +12,26 @@ import (
 // had read but not released; such an output must not take them twice.
 type Durable interface {
 	Sink
-	// Sync makes everything the output took so far durable (written to
-	// its file, acknowledged by its backend). An error leaves the output's
-	// cursor where it was.
-	Sync() error
+	// Sync asks the output to make everything it took so far durable
+	// (written to its file, acknowledged by its backend) and to call done
+	// once it is, or with the error that kept it from being. Sync must not
+	// wait for that: it is called on the ring buffer's reader, and while
+	// the reader waits for a backend's round trip the kernel drops records
+	// (a Collector slow to answer once held a drain for a second and lost
+	// 97,000 records). done may run on another goroutine, before or after
+	// Sync returns; an output completes its Syncs in the order they were
+	// asked for.
+	Sync(done func(error))
 }
 
 // Resume wraps out so that it takes every record exactly once across
-// daemons sharing a pin directory: after each drain, once out has synced,
+// daemons sharing a pin directory: after each flush, once out has synced,
 // the ring position it reached is stored in the pinned state map, and a
-// daemon started after a kill hands out only the records past it. The
-// records are released to the kernel after every output's Flush, so the
-// only records seen twice are those of the drain a kill interrupted, and
-// the cursor tells each output which of them it already has.
+// daemon started after a kill hands out only the records past it. Records
+// are released to the kernel only once every output synced them (see
+// release), so a kill loses none of them: the next daemon re-reads what
+// was not released, and the cursor tells each output which of those it
+// already has.
 //
 // Without a pin directory there is no next daemon, and Resume returns out
 // as it is.
@@ -33,6 +43,10 @@ func (t *Tracer) Resume(name string, out Durable) Sink {
 	if c := t.loadCursor(name); c.ringID == t.ringID && c.pos > t.ring.committed() {
 		r.skipTo = c.pos
 	}
+	r.done.Store(t.ring.committed())
+	t.relMu.Lock()
+	t.durable = append(t.durable, r)
+	t.relMu.Unlock()
 	return r
 }
 
@@ -41,6 +55,10 @@ type resumed struct {
 	name   string
 	out    Durable
 	skipTo uint64 // records ending at or before this position were taken
+	// done is the ring position up to which out is finished with the
+	// records: synced, or given up on (a failing backend is not waited
+	// for; its spans wait in its own bounded queue).
+	done atomic.Uint64
 }
 
 // taken tells whether the record being delivered reached out before.
@@ -72,10 +90,77 @@ func (r *resumed) ConnClose(c record.ConnClose) {
 
 func (r *resumed) Flush() {
 	r.out.Flush()
-	if err := r.out.Sync(); err != nil {
-		return
+	pos := r.t.ring.pending()
+	r.out.Sync(func(err error) { r.synced(pos, err) })
+}
+
+// synced is out's answer to the Sync of the records before pos: on
+// success its cursor moves there. Either way out is done with them, and
+// they may be released.
+func (r *resumed) synced(pos uint64, err error) {
+	t := r.t
+	t.relMu.Lock()
+	defer t.relMu.Unlock()
+	if t.released {
+		return // the maps are closed; the next daemon reads on from the last cursor
 	}
-	if err := r.t.storeCursor(r.name, cursor{ringID: r.t.ringID, pos: r.t.ring.pending()}); err != nil {
-		r.t.opts.Logger.Warn("storing output cursor; a kill now may repeat this drain's records", "output", r.name, "err", err)
+	if err == nil {
+		if err := t.storeCursor(r.name, cursor{ringID: t.ringID, pos: pos}); err != nil {
+			t.opts.Logger.Warn("storing output cursor; a kill now may repeat these records on this output", "output", r.name, "err", err)
+		}
+	}
+	r.done.Store(pos)
+	t.releaseLocked(false)
+}
+
+// release gives the kernel back the space of the records every sink has
+// flushed and every durable output has synced. With all, it releases
+// everything flushed, synced or not, and counts it when some was not: the
+// reader does that when the records held for a slow output reach half the
+// ring, rather than let the kernel drop new ones; a kill before that output
+// syncs loses what it had not made durable.
+func (t *Tracer) release(all bool) {
+	t.relMu.Lock()
+	defer t.relMu.Unlock()
+	t.releaseLocked(all)
+}
+
+func (t *Tracer) releaseLocked(all bool) {
+	if t.released {
+		return // the ring is unmapped; a late sync changes nothing
+	}
+	flushed := t.flushed.Load()
+	to := flushed
+	for _, r := range t.durable {
+		to = min(to, r.done.Load())
+	}
+	if all && to < flushed {
+		to = flushed
+		t.releasedUnsynced.Add(1)
+	}
+	if to > t.ring.committed() {
+		t.ring.commitTo(to)
+	}
+}
+
+// holdingTooMuch says whether the records read and not yet released take
+// half the ring.
+func (t *Tracer) holdingTooMuch() bool {
+	return t.ring.pending()-t.ring.committed() > (t.ring.mask+1)/2
+}
+
+// awaitSynced waits, at most timeout, until the durable outputs synced
+// everything flushed, and releases it: at exit, so that the next daemon
+// does not repeat the last drain. An output that did not sync in time is
+// left to its own shutdown (the OTLP exporter's flushes its queue and
+// counts what fails), as it would be while running.
+func (t *Tracer) awaitSynced(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for t.release(false); t.ring.committed() < t.flushed.Load(); t.release(false) {
+		if time.Now().After(deadline) {
+			t.release(true)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -167,8 +167,9 @@ func (r *ring) pending() uint64 { return r.read }
 // out for good.
 func (r *ring) committed() uint64 { return atomic.LoadUint64(r.consPos) }
 
-// commit releases everything handed out so far to the kernel.
-func (r *ring) commit() { atomic.StoreUint64(r.consPos, r.read) }
+// commitTo releases everything before pos, a position handed out, to the
+// kernel.
+func (r *ring) commitTo(pos uint64) { atomic.StoreUint64(r.consPos, pos) }
 
 // backlog is how many bytes the kernel holds that were not handed out.
 func (r *ring) backlog() uint64 { return atomic.LoadUint64(r.prodPos) - r.read }

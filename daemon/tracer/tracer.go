@@ -113,7 +113,16 @@ type Tracer struct {
 	state *ebpf.Map
 	gen   uint64
 
-	decoded, decodeErrors, replaySkipped atomic.Uint64
+	// flushed is the ring position every sink has flushed up to; durable
+	// the outputs whose sync the release of records also waits for. relMu
+	// orders releases (the reader's and the outputs' sync callbacks) and
+	// released is set once the ring is unmapped.
+	flushed  atomic.Uint64
+	relMu    sync.Mutex
+	durable  []*resumed
+	released bool
+
+	decoded, decodeErrors, replaySkipped, releasedUnsynced atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and
@@ -324,6 +333,9 @@ func (t *Tracer) Programs() map[string]*ebpf.Program {
 // stay in the kernel for the next daemon.
 func (t *Tracer) Close() error {
 	var errs []error
+	t.relMu.Lock()
+	t.released = true
+	t.relMu.Unlock()
 	if t.ring != nil {
 		errs = append(errs, t.ring.close())
 	}

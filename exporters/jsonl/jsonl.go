@@ -112,8 +112,8 @@ func (w *Writer) Flush() {
 const maxKeptBuffer = 4 << 20
 
 // Sync reports whether everything taken so far was written (the first
-// write error, if any): lines are written at Flush.
-func (w *Writer) Sync() error { return w.Err() }
+// write error, if any): lines are written at Flush, so it answers at once.
+func (w *Writer) Sync(done func(error)) { done(w.Err()) }
 
 // Dropped counts the records not written because of an error.
 func (w *Writer) Dropped() uint64 {

@@ -241,10 +241,17 @@ type Exporter struct {
 
 	exchanges, sampledSlow, slowOverBudget, sampledRate, droppedSampling, droppedQueue atomic.Uint64
 	spansQueued, spansExported, spansFailed, exportErrors, metricErrors                atomic.Uint64
-	// synced is spansQueued at the last Sync that saw them exported;
-	// failing is set by a failed export and cleared by a good one.
+	// synced is spansQueued at the last sync that saw them exported (the
+	// sync goroutine's); failing is set by a failed export and cleared by
+	// a good one.
 	synced  uint64
 	failing atomic.Bool
+	// Syncs waiting for syncLoop; syncKick wakes it, closed at shutdown.
+	syncMu      sync.Mutex
+	syncWaiters []func(error)
+	syncClosed  bool
+	syncKick    chan struct{}
+	syncDone    chan struct{}
 
 	shutdownOnce sync.Once
 }
@@ -290,6 +297,8 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 			sdktrace.WithIDGenerator(idGenerator{}),
 		)
 		x.tracer = x.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(cfg.ServiceVersion))
+		x.syncKick, x.syncDone = make(chan struct{}, 1), make(chan struct{})
+		go x.syncLoop()
 	}
 
 	if !cfg.DisableMetrics || len(cfg.MetricReaders) > 0 {
@@ -378,19 +387,69 @@ func (x *Exporter) ConnClose(c record.ConnClose) {
 // Flush does nothing: the batch processor and the periodic reader batch.
 func (x *Exporter) Flush() {}
 
-// errBackendFailing: Sync does not wait for a backend whose last export
+// errBackendFailing: a sync does not wait for a backend whose last export
 // failed; its spans wait in the bounded queue (drops counted) and the
 // batch processor goes on retrying.
 var errBackendFailing = errors.New("otlp: the backend's last export failed; spans wait in the queue")
 
-// Sync waits, at most SyncTimeout, until the spans queued so far are
-// acknowledged by the backend, so that a daemon with pinned maps releases a
-// drain's records only once their spans are out (tracer.Resume). While the
-// backend is failing it returns at once: the tracer is never held up.
-func (x *Exporter) Sync() error {
+// errShutdown answers the syncs still waiting when the exporter shuts down.
+var errShutdown = errors.New("otlp: the exporter shut down")
+
+// Sync asks that the spans queued so far be acknowledged by the backend and
+// returns at once; done is called once they are, or with the reason they
+// are not: the backend did not answer within SyncTimeout, or its last
+// export failed (then it is not waited for again until an export gets
+// through). A pinned daemon releases a drain's records only after that
+// (tracer.Resume); the wait happens on the exporter's own goroutine, so the
+// ring buffer's reader never waits for the network. Syncs asked while one
+// is in progress are answered together by the next.
+func (x *Exporter) Sync(done func(error)) {
 	if x.tp == nil {
-		return nil
+		done(nil)
+		return
 	}
+	x.syncMu.Lock()
+	if x.syncClosed {
+		x.syncMu.Unlock()
+		done(errShutdown)
+		return
+	}
+	x.syncWaiters = append(x.syncWaiters, done)
+	x.syncMu.Unlock()
+	select {
+	case x.syncKick <- struct{}{}:
+	default: // a kick is pending: it will see this waiter
+	}
+}
+
+// syncLoop answers Syncs, one backend round trip for all those waiting.
+func (x *Exporter) syncLoop() {
+	defer close(x.syncDone)
+	for range x.syncKick {
+		x.syncMu.Lock()
+		waiters := x.syncWaiters
+		x.syncWaiters = nil
+		x.syncMu.Unlock()
+		if len(waiters) == 0 {
+			continue
+		}
+		err := x.syncNow()
+		for _, done := range waiters {
+			done(err)
+		}
+	}
+	x.syncMu.Lock()
+	waiters := x.syncWaiters
+	x.syncWaiters = nil
+	x.syncMu.Unlock()
+	for _, done := range waiters {
+		done(errShutdown)
+	}
+}
+
+// syncNow waits, at most SyncTimeout, until the spans queued so far are
+// exported.
+func (x *Exporter) syncNow() error {
 	queued := x.spansQueued.Load()
 	if queued == x.synced {
 		return nil
@@ -403,7 +462,7 @@ func (x *Exporter) Sync() error {
 	errs := x.exportErrors.Load()
 	if err := x.tp.ForceFlush(ctx); err != nil {
 		// A backend that does not answer in time is failing until an
-		// export gets through: the next drains do not wait for it.
+		// export gets through: the next syncs do not wait for it.
 		x.failing.Store(true)
 		return fmt.Errorf("otlp: waiting for the backend: %w", err)
 	}
@@ -431,6 +490,11 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 	var errs []error
 	x.shutdownOnce.Do(func() {
 		if x.tp != nil {
+			x.syncMu.Lock()
+			x.syncClosed = true
+			x.syncMu.Unlock()
+			close(x.syncKick)
+			<-x.syncDone
 			errs = append(errs, x.tp.Shutdown(ctx))
 		}
 		if x.mp != nil {

@@ -429,8 +429,9 @@ func TestHTTPProtocol(t *testing.T) {
 }
 
 // Sync is what lets a pinned daemon release a drain's records only once
-// their spans are out: it returns when the collector has them, does not
-// hold the tracer while the collector is down, and works again once an
+// their spans are out: it answers when the collector has them, never holds
+// its caller (the ring buffer's reader) while the collector is slow or
+// down, does not wait for a failing backend again, and works again once an
 // export gets through.
 func TestSync(t *testing.T) {
 	c := otelcol.Start(t)
@@ -439,7 +440,7 @@ func TestSync(t *testing.T) {
 	for range 3 {
 		x.Exchange(requester(0, 0, 0))
 	}
-	if err := x.Sync(); err != nil {
+	if err := syncWait(t, x); err != nil {
 		t.Fatalf("Sync with the collector up: %v", err)
 	}
 	if st := x.Stats(); st.SpansExported != st.SpansQueued || st.SpansQueued != 21 {
@@ -449,16 +450,29 @@ func TestSync(t *testing.T) {
 
 	c.Kill()
 	x.Exchange(requester(0, 0, 0))
-	if err := x.Sync(); err == nil {
-		t.Fatal("Sync said the spans were out with the collector down")
-	}
-	x.Exchange(requester(0, 0, 0))
+	// Three syncs asked while the backend does not answer: each returns at
+	// once, and all are answered together, after SyncTimeout.
 	start := time.Now()
-	err := x.Sync()
+	answers := make(chan error, 3)
+	for range 3 {
+		x.Sync(func(err error) { answers <- err })
+	}
+	if d := time.Since(start); d > 100*ms {
+		t.Errorf("Sync held its caller %v with the collector down", d)
+	}
+	for range 3 {
+		if err := <-answers; err == nil {
+			t.Fatal("Sync said the spans were out with the collector down")
+		}
+	}
+	t.Logf("syncs with the collector down answered after %v", time.Since(start))
+	x.Exchange(requester(0, 0, 0))
+	start = time.Now()
+	err := syncWait(t, x)
 	if err == nil || !strings.Contains(err.Error(), "last export failed") {
 		t.Fatalf("Sync while the backend is failing: %v", err)
 	}
-	t.Logf("second Sync with the collector down returned in %v", time.Since(start))
+	t.Logf("Sync while the backend is failing answered in %v", time.Since(start))
 
 	c.Restart()
 	// Once an export gets through, Sync waits for the backend again. The
@@ -476,12 +490,33 @@ func TestSync(t *testing.T) {
 		cancel()
 	}
 	x.Exchange(requester(0, 0, 0))
-	if err := x.Sync(); err != nil {
+	if err := syncWait(t, x); err != nil {
 		t.Fatalf("Sync after the collector came back: %v (stats %+v)", err, x.Stats())
 	}
 	// Nothing lost uncounted: every span was exported or counted as failed.
 	if st := x.Stats(); st.SpansQueued != st.SpansExported+st.SpansFailed || st.QueueDepth != 0 {
 		t.Errorf("after the outage: %+v, want queued = exported + failed and an empty queue", st)
+	}
+	// A sync asked after shutdown is answered, with an error.
+	if err := x.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncWait(t, x); err == nil {
+		t.Error("Sync after shutdown said the spans were out")
+	}
+}
+
+// syncWait asks x to sync and waits for the answer.
+func syncWait(t *testing.T, x *otlp.Exporter) error {
+	t.Helper()
+	answer := make(chan error, 1)
+	x.Sync(func(err error) { answer <- err })
+	select {
+	case err := <-answer:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sync never answered")
+		return nil
 	}
 }
 

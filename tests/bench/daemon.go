@@ -45,6 +45,8 @@ type DaemonConfig struct {
 	Cgroup string
 	// Drain is --drain-interval (0 = the default).
 	Drain time.Duration
+	// RingMiB is --ring-buffer-mib (0 = the default).
+	RingMiB int
 }
 
 // StartDaemon starts the daemon and waits until /healthz answers.
@@ -70,6 +72,9 @@ func StartDaemon(c DaemonConfig) (*Daemon, error) {
 	}
 	if c.Drain > 0 {
 		args = append(args, "--drain-interval", c.Drain.String())
+	}
+	if c.RingMiB > 0 {
+		args = append(args, "--ring-buffer-mib", strconv.Itoa(c.RingMiB))
 	}
 	d := &Daemon{metrics: addr, pinPath: c.PinPath, bin: c.Bin, log: &lockedBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(c.Bin, args...)

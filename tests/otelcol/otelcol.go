@@ -248,6 +248,17 @@ func (c *Collector) Stop() { c.stop(syscall.SIGTERM) }
 // Kill kills the collector with SIGKILL (a crash: whatever it has not flushed is lost).
 func (c *Collector) Kill() { c.stop(syscall.SIGKILL) }
 
+// Signal sends sig to the running collector: SIGSTOP makes a backend that
+// accepts connections and never answers, SIGCONT ends that.
+func (c *Collector) Signal(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.runningLocked() {
+		return fmt.Errorf("otelcol: not running")
+	}
+	return c.cmd.Process.Signal(sig)
+}
+
 func (c *Collector) stop(sig syscall.Signal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
