@@ -200,8 +200,12 @@ type Aggregator struct {
 	// wmu serializes writers, so they may read the maps without mu.
 	wmu sync.Mutex
 	// mu guards the maps' structure against snapshots.
-	mu    sync.RWMutex
-	flows map[FlowKey]*flowEntry
+	mu sync.RWMutex
+	// flows is keyed by socket cookie: a cookie names one socket for the
+	// kernel's lifetime, and hashing it costs a fraction of hashing the
+	// whole FlowKey on every exchange. A socket that connects again (after
+	// a failed connect) is a new flow: its old entry is retired.
+	flows map[uint64]*flowEntry
 	peers map[PeerKey]*peerEntry
 
 	// Under wmu.
@@ -227,7 +231,7 @@ func New(cfg Config) *Aggregator {
 		cfg:        cfg,
 		flowSC:     flowSketches(m),
 		peerSC:     peerSketches(m, cfg.SketchBins),
-		flows:      make(map[FlowKey]*flowEntry),
+		flows:      make(map[uint64]*flowEntry),
 		peers:      make(map[PeerKey]*peerEntry),
 		flowLRU:    list[flowEntry, *flowEntry]{i: lruList},
 		flowClosed: list[flowEntry, *flowEntry]{i: closedList},
@@ -407,7 +411,12 @@ func due(t, now record.Mono, after time.Duration) bool {
 // flowFor returns the flow for k, creating it, and marks it updated at t.
 // Caller holds wmu.
 func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
-	f := a.flows[k]
+	f := a.flows[k.Cookie]
+	if f != nil && f.key != k {
+		a.removeFlow(f)
+		a.flowsRetired.Add(1)
+		f = nil
+	}
 	if f == nil {
 		if len(a.flows) >= a.cfg.MaxFlows {
 			// A closed flow is only waiting out its grace period: it is
@@ -433,7 +442,7 @@ func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
 		f.mu.Unlock()
 		f.peer, f.peerGen, f.side = nil, 0, ""
 		a.mu.Lock()
-		a.flows[k] = f
+		a.flows[k.Cookie] = f
 		a.mu.Unlock()
 		a.flowLRU.pushFront(f)
 		a.flowsCreated.Add(1)
@@ -448,7 +457,7 @@ func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
 
 func (a *Aggregator) removeFlow(f *flowEntry) {
 	a.mu.Lock()
-	delete(a.flows, f.key)
+	delete(a.flows, f.key.Cookie)
 	a.mu.Unlock()
 	a.flowLRU.remove(f)
 	a.flowClosed.remove(f)
@@ -487,9 +496,11 @@ func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, 
 		}
 		f.side = sideOf(conn, ex, f.key.Flow)
 	}
-	k := peerKeyOf(f.key.Flow, f.side, o)
 	p := a.livePeer(f)
-	if p == nil || p.key != k {
+	// The pair is the flow's (fixed) and its owner's: while the owner is
+	// the same, so is the pair, and its key need not be built again.
+	if p == nil || p.key.Comm != o.Comm || p.key.CgroupID != o.CgroupID {
+		k := peerKeyOf(f.key.Flow, f.side, o)
 		// First attribution, the owner changed (exec, fd passing), or
 		// the pair was evicted meanwhile: a new connection of this pair.
 		p = a.peerFor(k, t)
@@ -648,7 +659,7 @@ func (a *Aggregator) Peers() []PeerStats {
 // Flow returns the snapshot of one flow.
 func (a *Aggregator) Flow(k FlowKey) (FlowStats, bool) {
 	a.mu.RLock()
-	f := a.flows[k]
+	f := a.flows[k.Cookie]
 	var gen uint64
 	if f != nil {
 		gen = f.gen
@@ -659,7 +670,7 @@ func (a *Aggregator) Flow(k FlowKey) (FlowStats, bool) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.gen != gen {
+	if f.gen != gen || f.key != k {
 		return FlowStats{}, false
 	}
 	return f.snapshotLocked(&a.flowSC), true

@@ -383,18 +383,38 @@ func TestBurstWakesReader(t *testing.T) {
 	}
 }
 
-// batchSink counts what a sink is handed between two Flushes.
+// batchSink counts the ring bytes of the records a sink is handed between
+// two Flushes (other tests' connections add their records to the ring too,
+// and theirs are smaller than an exchange's).
 type batchSink struct {
 	*collector
-	n, max, flushes int // touched by the tracer's goroutine only
+	bytes, max, flushes int // touched by the tracer's goroutine only
 }
 
-func (b *batchSink) Exchange(e *record.Exchange)  { b.n++; b.collector.Exchange(e) }
-func (b *batchSink) ConnOpen(o record.ConnOpen)   { b.n++; b.collector.ConnOpen(o) }
-func (b *batchSink) ConnClose(c record.ConnClose) { b.n++; b.collector.ConnClose(c) }
+// ringLen is what a record of a C type takes in the ring buffer.
+func ringLen[T any]() int {
+	var v T
+	return (int(unsafe.Sizeof(v)) + ringHdrSize + 7) &^ 7
+}
+
+func (b *batchSink) Exchange(e *record.Exchange) {
+	b.bytes += ringLen[lattraceLtExchange]()
+	b.collector.Exchange(e)
+}
+
+func (b *batchSink) ConnOpen(o record.ConnOpen) {
+	b.bytes += ringLen[lattraceLtConnOpen]()
+	b.collector.ConnOpen(o)
+}
+
+func (b *batchSink) ConnClose(c record.ConnClose) {
+	b.bytes += ringLen[lattraceLtConnClose]()
+	b.collector.ConnClose(c)
+}
+
 func (b *batchSink) Flush() {
-	b.max = max(b.max, b.n)
-	b.n = 0
+	b.max = max(b.max, b.bytes)
+	b.bytes = 0
 	b.flushes++
 }
 
@@ -408,15 +428,15 @@ func TestDrainFlushesInBatches(t *testing.T) {
 	local := pingPong(t, n, 100, 100, 0)
 	got := waitExchanges(sink.collector, local, 2900, time.Now().Add(5*time.Second))
 	stop()
-	recLen := (int(unsafe.Sizeof(lattraceLtExchange{})) + 8 + 7) &^ 7
-	most := flushBytes/recLen + 3 // and a connection record or two
-	t.Logf("%d exchanges read after the wakeup; at most %d records between flushes (bound %d), %d flushes",
+	// A batch ends with the record that takes it to flushBytes or past.
+	most := flushBytes + ringLen[lattraceLtExchange]()
+	t.Logf("%d exchanges read after the wakeup; at most %d bytes of records between flushes (bound %d), %d flushes",
 		got, sink.max, most, sink.flushes)
 	if got < 2900 {
 		t.Fatalf("only %d exchanges read: the megabyte backlog did not wake the reader", got)
 	}
-	if sink.max > most {
-		t.Errorf("%d records between two flushes: more than %d bytes of them", sink.max, flushBytes)
+	if sink.max > most || sink.flushes < 3 {
+		t.Errorf("%d bytes of records between two flushes, %d flushes: want batches of about %d bytes", sink.max, sink.flushes, flushBytes)
 	}
 }
 
