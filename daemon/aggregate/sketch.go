@@ -83,12 +83,26 @@ func peerSketches(m mapping.IndexMapping, maxBins int) sketchCfg {
 }
 
 func (s *sketch) add(c *sketchCfg, v time.Duration) {
+	if b := s.note(c, v); b != noBin {
+		s.bin(c, b)
+	}
+}
+
+// noBin is the index of a value that goes to no bin of the store: a zero,
+// counted apart.
+const noBin = math.MinInt32
+
+// note counts v in the exact statistics and returns the store bin it goes
+// to, for bin to count now or later (metrics batches the store updates,
+// which cost cache misses); noBin for a zero. A bin index beyond int32
+// (only with an absurdly fine accuracy) is counted at once.
+func (s *sketch) note(c *sketchCfg, v time.Duration) int32 {
 	s.n++
 	if v <= 0 {
 		// Negative values would be a tracer bug; they count as "did not
 		// happen" rather than poisoning the sum.
 		s.zeros++
-		return
+		return noBin
 	}
 	s.sum += float64(v)
 	if s.max < v {
@@ -97,10 +111,23 @@ func (s *sketch) add(c *sketchCfg, v time.Duration) {
 	if s.minPos == 0 || v < s.minPos {
 		s.minPos = v
 	}
+	i := c.m.Index(float64(v))
+	if i <= math.MinInt32 || i > math.MaxInt32 {
+		s.store(c).Add(i)
+		return noBin
+	}
+	return int32(i)
+}
+
+// bin counts a value note returned the bin of.
+func (s *sketch) bin(c *sketchCfg, b int32) { s.store(c).Add(int(b)) }
+
+// store is the sketch's store, made at its first positive value.
+func (s *sketch) store(c *sketchCfg) store.Store {
 	if s.st == nil {
 		s.st = c.newStore()
 	}
-	s.st.Add(c.m.Index(float64(v)))
+	return s.st
 }
 
 // reset empties the sketch for reuse, keeping the store's memory.
