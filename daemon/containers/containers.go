@@ -7,11 +7,17 @@
 package containers
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 var containerID = regexp.MustCompile(`(?:^|[-/])([0-9a-f]{64})(?:\.scope)?$`)
@@ -48,9 +54,51 @@ func (r *Resolver) ContainerID(cgroupID uint64) string {
 	return id
 }
 
-// find walks the hierarchy for the directory with that inode: done once
-// per new cgroup, so its cost is paid at container start, not per record.
+// find names the cgroup's container. The kernel opens a cgroup v2
+// directory by its id (the id is a file handle of the cgroup file system),
+// so a new cgroup costs three system calls however large the hierarchy;
+// where that is refused (it needs CAP_DAC_READ_SEARCH) the hierarchy is
+// walked for the directory with that inode, which on a node of thousands
+// of cgroups takes milliseconds, on the ring buffer's reader.
 func (r *Resolver) find(cgroupID uint64) string {
+	path, err := r.byHandle(cgroupID)
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.ESTALE), errors.Is(err, unix.ENOENT):
+		return "" // gone: its processes exited
+	default:
+		path = r.walk(cgroupID)
+	}
+	if m := containerID.FindStringSubmatch(path); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// fileidKernfs is the handle type of kernfs (cgroup v2) file handles: the
+// handle is the node's 64-bit id, the cgroup id BPF reads.
+const fileidKernfs = 0xfe
+
+// byHandle opens the cgroup with that id and returns its path.
+func (r *Resolver) byHandle(cgroupID uint64) (string, error) {
+	mount, err := unix.Open(r.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(mount)
+	h := make([]byte, 8)
+	binary.NativeEndian.PutUint64(h, cgroupID)
+	fd, err := unix.OpenByHandleAt(mount, unix.NewFileHandle(fileidKernfs, h), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+}
+
+// walk finds the path of the directory with that inode under root ("" if
+// none).
+func (r *Resolver) walk(cgroupID uint64) string {
 	var found string
 	filepath.WalkDir(r.root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -58,9 +106,7 @@ func (r *Resolver) find(cgroupID uint64) string {
 		}
 		var st syscall.Stat_t
 		if syscall.Stat(path, &st) == nil && st.Ino == cgroupID {
-			if m := containerID.FindStringSubmatch(path); m != nil {
-				found = m[1]
-			}
+			found = path
 			return filepath.SkipAll
 		}
 		return nil

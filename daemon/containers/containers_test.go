@@ -33,6 +33,36 @@ func TestResolveRealCgroup(t *testing.T) {
 	}
 }
 
+// The kernel's lookup of a cgroup by id and the walk of the hierarchy (the
+// fallback without CAP_DAC_READ_SEARCH) find the same directory; a cgroup
+// that is gone is found by neither.
+func TestLookupByHandleAndWalkAgree(t *testing.T) {
+	root := cgroup2(t)
+	dir := filepath.Join(root, fmt.Sprintf("lattrace-test-handle-%d", os.Getpid()), "docker-"+strings.Repeat("fe", 32)+".scope")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Dir(dir))
+	ino := inode(t, dir)
+	r := New(root)
+	byHandle, err := r.byHandle(ino)
+	if err != nil {
+		t.Fatalf("opening the cgroup by its id: %v (as root on Linux >= 5.5 this works)", err)
+	}
+	if walked := r.walk(ino); byHandle != dir || walked != dir {
+		t.Errorf("by handle %q, by walk %q, want %q", byHandle, walked, dir)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.byHandle(ino); err == nil {
+		t.Errorf("a removed cgroup opened by its id: %q", p)
+	}
+	if got := r.ContainerID(ino); got != "" {
+		t.Errorf("a removed cgroup resolved to %q", got)
+	}
+}
+
 func TestNames(t *testing.T) {
 	id := strings.Repeat("a", 64)
 	for path, want := range map[string]string{
