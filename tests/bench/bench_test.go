@@ -156,6 +156,43 @@ func TestTargets(t *testing.T) {
 			}
 		}
 	}
+	// Paired rounds: dearer than tcpdump in every round of a workload is a
+	// miss; dearer in some and cheaper in others, with lattrace cheaper in
+	// fewer than half, is not told apart.
+	res = sample()
+	lat := res.RR[0].Rates["lattrace"] // loopback RR 100 B, judged on rates
+	dump := func(ratios ...float64) []float64 {
+		out := make([]float64, len(lat))
+		for i := range lat {
+			out[i] = lat[i] / ratios[i]
+		}
+		return out
+	}
+	goal := "lattrace is cheaper than tcpdump -s 96, on every workload"
+	for _, c := range []struct {
+		ratios []float64 // lattrace's rate over tcpdump's, per round
+		want   string
+	}{
+		{[]float64{0.98, 0.99, 0.97}, "no"},
+		{[]float64{0.99, 0.995, 1.01}, "within the noise on 1 of 4 workloads, cheaper on the rest"},
+		{[]float64{1.01, 0.99, 1.02}, "yes"},
+	} {
+		res.RR[0].Rates["tcpdump -s 96"] = dump(c.ratios...)
+		for _, tg := range Targets(res) {
+			if tg.Goal == goal && tg.Met != c.want {
+				t.Errorf("lattrace/tcpdump rates %v: %q (%s), want %q", c.ratios, tg.Met, tg.Measured, c.want)
+			}
+		}
+	}
+	// On a workload judged on the median round trip, the medians decide.
+	res.RR[0].Rates["tcpdump -s 96"] = dump(1.01, 1.01, 1.01)
+	res.RR[1].P50s["tcpdump -s 96"] = []float64{1001, 1002, 1003} // lattrace: 1005 each
+	for _, tg := range Targets(res) {
+		if tg.Goal == goal && (tg.Met != "no" || !strings.Contains(tg.Measured, "1 ms path RR 100 B: median round trip +5.0 vs +2.0 µs (not cheaper)")) {
+			t.Errorf("lattrace adding more to every round trip of a 1 ms path than tcpdump: %q (%s)", tg.Met, tg.Measured)
+		}
+	}
+
 	if tg := Targets(&Results{})[0]; tg.Met != notMeasured {
 		t.Errorf("a goal without data: %+v", tg)
 	}
@@ -183,5 +220,35 @@ func TestWriteReport(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 			t.Errorf("%s.png: %v", f, err)
 		}
+	}
+}
+
+// A section that failed is measured again and merged in: its data and
+// error are the later run's, and the report says when and at which
+// revision it was measured.
+func TestMergeRerun(t *testing.T) {
+	res := sample()
+	res.Accuracy = nil
+	res.Errors = map[string]string{"accuracy": "the scenarios failed"}
+	later := &Results{Started: res.Finished.Add(time.Hour), Machine: Machine{Revision: "abc1234"},
+		Accuracy: []Accuracy{{Scenario: "TestY", Quantity: "peer", Unit: "ms", Truth: 5, Measured: 5.1, TruthFrom: "injected"}},
+		RR:       []Result{{Workload: "not asked for"}}}
+	res.Merge(later, []string{"accuracy"})
+	if len(res.Accuracy) != 1 || res.Accuracy[0].Scenario != "TestY" || len(res.Errors) != 0 || len(res.RR) != 4 {
+		t.Fatalf("merged: accuracy %+v, errors %v, %d rr workloads (want the later accuracy, no error, the run's own 4)", res.Accuracy, res.Errors, len(res.RR))
+	}
+	md := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	if err := WriteReport(res, md, filepath.Join(filepath.Dir(md), "docs", "bench")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "- Section accuracy measured again on 2026-11-25 09:30 UTC, revision `abc1234`"; !strings.Contains(string(b), want) {
+		t.Errorf("report lacks %q", want)
+	}
+	if strings.Contains(string(b), "Sections that failed") {
+		t.Error("the report still lists the rerun section as failed")
 	}
 }

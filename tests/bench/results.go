@@ -28,6 +28,48 @@ type Results struct {
 	// Errors are sections that failed, by name: the report says so
 	// instead of leaving them out silently.
 	Errors map[string]string `json:"errors,omitempty"`
+	// Reruns are sections measured again later and merged in (bench
+	// --merge), each with when and at which revision.
+	Reruns []Rerun `json:"reruns,omitempty"`
+}
+
+// Rerun is a section of a run measured again by a later one.
+type Rerun struct {
+	Section  string    `json:"section"`
+	Started  time.Time `json:"started"`
+	Revision string    `json:"revision"`
+}
+
+// Merge replaces the sections of r that later measured with later's,
+// recording each as a rerun: a section that failed (or changed) need not
+// cost a whole run again.
+func (r *Results) Merge(later *Results, sections []string) {
+	for _, s := range sections {
+		switch s {
+		case "rr":
+			r.RR = later.RR
+		case "hooks":
+			r.Hooks = later.Hooks
+		case "rates":
+			r.Rates = later.Rates
+		case "flows":
+			r.Flows = later.Flows
+		case "overload":
+			r.Overload = later.Overload
+		case "accuracy":
+			r.Accuracy = later.Accuracy
+		default:
+			continue
+		}
+		delete(r.Errors, s)
+		if e, ok := later.Errors[s]; ok {
+			if r.Errors == nil {
+				r.Errors = map[string]string{}
+			}
+			r.Errors[s] = e
+		}
+		r.Reruns = append(r.Reruns, Rerun{Section: s, Started: later.Started, Revision: later.Machine.Revision})
+	}
 }
 
 // ObserverInfo names an observer in the results.

@@ -67,6 +67,7 @@ func run(args []string) int {
 	md := fs.String("md", "", "write the report here (e.g. BENCHMARKS.md), with plots beside it in docs/bench/")
 	report := fs.String("report", "", "only write the report (--md) from this results.json")
 	reps := fs.Int("reps", 0, "repetitions of each request/response measurement (default: 5, quick 3)")
+	merge := fs.String("merge", "", "a results.json whose --sections this run measures again: they replace its own, and the report says so")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -225,6 +226,15 @@ func run(args []string) int {
 		return 1
 	}
 	path := filepath.Join(*out, "results.json")
+	if *merge != "" {
+		base, err := bench.LoadResults(*merge)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
+			return 1
+		}
+		base.Merge(res, want)
+		res, path = base, *merge
+	}
 	if err := res.Save(path); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
