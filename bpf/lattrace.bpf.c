@@ -260,12 +260,10 @@ static __always_inline bool is_tcp(const struct sock *sk)
 	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
 }
 
-static __always_inline void read_flow(const struct sock *sk, struct lt_flow *f)
+/* read_flow for kernels without bpf_rdonly_cast (before 6.6). */
+static __always_inline void read_flow_probed(const struct sock *sk, struct lt_flow *f)
 {
-	__builtin_memset(f, 0, sizeof(*f));
 	f->family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	/* inet_sport, not skc_num: on the way to CLOSE the kernel releases the
-	 * port (skc_num = 0) before the state change is traced. */
 	f->sport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 	f->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	f->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
@@ -278,6 +276,39 @@ static __always_inline void read_flow(const struct sock *sk, struct lt_flow *f)
 	} else {
 		BPF_CORE_READ_INTO(&f->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
 		BPF_CORE_READ_INTO(&f->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+}
+
+/* The connection's addresses, ports and namespace. sk is a BTF pointer
+ * (a tp_btf argument, or bpf_skc_to_tcp_sock's result in sockops): its
+ * fields are plain loads, where BPF_CORE_READ is a bpf_probe_read_kernel
+ * call for each (eight of them made a connection's state change cost
+ * twice as much). */
+static __always_inline void read_flow(struct sock *sk, struct lt_flow *f)
+{
+	struct inet_sock *inet;
+
+	__builtin_memset(f, 0, sizeof(*f));
+	if (!bpf_rdonly_cast) {
+		read_flow_probed(sk, f);
+		return;
+	}
+	inet = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct inet_sock));
+	f->family = sk->__sk_common.skc_family;
+	/* inet_sport, not skc_num: on the way to CLOSE the kernel releases the
+	 * port (skc_num = 0) before the state change is traced. */
+	f->sport = bpf_ntohs(inet->inet_sport);
+	f->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	f->netns = sk->__sk_common.skc_net.net->ns.inum;
+	if (f->family == AF_INET) {
+		__u32 s = sk->__sk_common.skc_rcv_saddr;
+		__u32 d = sk->__sk_common.skc_daddr;
+
+		__builtin_memcpy(f->saddr, &s, 4);
+		__builtin_memcpy(f->daddr, &d, 4);
+	} else {
+		__builtin_memcpy(f->saddr, sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8, 16);
+		__builtin_memcpy(f->daddr, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr8, 16);
 	}
 }
 
@@ -462,7 +493,7 @@ static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
 	read_flow(sk, &st->flow);
 	/* A socket first seen here, not at SYN_SENT or ESTABLISHED, was open
 	 * before lattrace: its first exchange may have begun unseen. */
-	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_ESTABLISHED && !st->established_ns)
+	if (sk->__sk_common.skc_state == TCP_ESTABLISHED && !st->established_ns)
 		st->partial = 1;
 	return st;
 }
@@ -738,8 +769,10 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 			count(LT_CNT_SOCKS_TRACKED);
 			st->established_ns = now;
 		}
-		/* Read the flow now: at SYN_SENT the local port was not chosen yet. */
-		{
+		/* The state change to ESTABLISHED, just before, read the flow;
+		 * without it (a filtered softirq) read it now: at SYN_SENT the
+		 * local port was not chosen yet. */
+		if (!st->flow.sport) {
 			struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
 
 			if (tp)
@@ -1151,7 +1184,12 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	rec->hdr.layout = LT_LAYOUT;
 	rec->hdr.ts_ns = now;
 	rec->cookie = bpf_get_socket_cookie(sk);
-	read_flow(sk, &rec->flow);
+	/* The flow as read once the local port was chosen; a connect that
+	 * failed never got that far. */
+	if (st->flow.sport)
+		rec->flow = st->flow;
+	else
+		read_flow(sk, &rec->flow);
 	rec->owner = st->owner;
 	rec->established_ns = st->established_ns;
 	rec->sendmsg_calls = st->sendmsg_calls;

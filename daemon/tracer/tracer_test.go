@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"context"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -148,6 +149,69 @@ func TestSendCountsLoopback(t *testing.T) {
 	}
 	if c.Decoded < 4 || c.Submitted < c.Decoded {
 		t.Errorf("counters inconsistent with the records read: %+v", c)
+	}
+}
+
+// TestRefusedConnectClose: a connect the peer refuses never reaches
+// ESTABLISHED, where the flow is read once its local port is chosen. Its
+// close record has the flow all the same: as read when the connect began
+// for a socket bound beforehand, read at the close for one whose port the
+// connect chose.
+func TestRefusedConnectClose(t *testing.T) {
+	_, col := openTracer(t)
+	for _, c := range []struct {
+		family int
+		host   string
+		bind   bool
+	}{{unix.AF_INET, "127.0.0.1", true}, {unix.AF_INET, "127.0.0.1", false}, {unix.AF_INET6, "::1", true}, {unix.AF_INET6, "::1", false}} {
+		// A port nothing listens on: bound and closed again.
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.host, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := ln.Addr().(*net.TCPAddr).AddrPort()
+		ln.Close()
+		fd, err := unix.Socket(c.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sa, to unix.Sockaddr
+		if c.family == unix.AF_INET {
+			sa, to = &unix.SockaddrInet4{Addr: target.Addr().As4()}, &unix.SockaddrInet4{Addr: target.Addr().As4(), Port: int(target.Port())}
+		} else {
+			sa, to = &unix.SockaddrInet6{Addr: target.Addr().As16()}, &unix.SockaddrInet6{Addr: target.Addr().As16(), Port: int(target.Port())}
+		}
+		if c.bind {
+			if err := unix.Bind(fd, sa); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Connect(fd, to); err != unix.ECONNREFUSED {
+			t.Fatalf("connect to %v: %v, want connection refused", target, err)
+		}
+		bound, err := unix.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		var local netip.AddrPort
+		switch b := bound.(type) {
+		case *unix.SockaddrInet4:
+			local = netip.AddrPortFrom(netip.AddrFrom4(b.Addr), uint16(b.Port))
+		case *unix.SockaddrInet6:
+			local = netip.AddrPortFrom(netip.AddrFrom16(b.Addr), uint16(b.Port))
+		}
+		if local.Port() == 0 {
+			t.Fatalf("%s bound=%v: the socket's port is gone after the refused connect: nothing to find its record by", c.host, c.bind)
+		}
+		// A failed connect resets the socket's own address (getsockname
+		// says 0.0.0.0), not its port: the record has the address the
+		// connect used.
+		want := netip.AddrPortFrom(target.Addr(), local.Port())
+		got := col.find(t, want)
+		if got.Flow.Remote != target || got.Established != 0 {
+			t.Errorf("%s bound=%v: close record %+v, want the flow %v -> %v and no establishment", c.host, c.bind, got, want, target)
+		}
 	}
 }
 
