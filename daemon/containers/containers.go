@@ -31,6 +31,9 @@ type Resolver struct {
 	root  string
 	mu    sync.Mutex
 	cache map[uint64]string
+	// noHandles: opening cgroups by id was refused (no
+	// CAP_DAC_READ_SEARCH); find walks instead.
+	noHandles bool
 }
 
 // New returns a Resolver for the cgroup v2 hierarchy mounted at root.
@@ -61,12 +64,15 @@ func (r *Resolver) ContainerID(cgroupID uint64) string {
 // walked for the directory with that inode, which on a node of thousands
 // of cgroups takes milliseconds, on the ring buffer's reader.
 func (r *Resolver) find(cgroupID uint64) string {
-	path, err := r.byHandle(cgroupID)
-	switch {
-	case err == nil:
-	case errors.Is(err, unix.ESTALE), errors.Is(err, unix.ENOENT):
-		return "" // gone: its processes exited
-	default:
+	path, gone := "", false
+	if !r.noHandles {
+		var err error
+		path, gone, err = r.byHandle(cgroupID)
+		if errors.Is(err, unix.EPERM) {
+			r.noHandles = true // not for this process: walk from now on
+		}
+	}
+	if path == "" && !gone {
 		path = r.walk(cgroupID)
 	}
 	if m := containerID.FindStringSubmatch(path); m != nil {
@@ -79,21 +85,23 @@ func (r *Resolver) find(cgroupID uint64) string {
 // handle is the node's 64-bit id, the cgroup id BPF reads.
 const fileidKernfs = 0xfe
 
-// byHandle opens the cgroup with that id and returns its path.
-func (r *Resolver) byHandle(cgroupID uint64) (string, error) {
+// byHandle opens the cgroup with that id and returns its path; gone says
+// the kernel knows no such cgroup any more (its processes exited).
+func (r *Resolver) byHandle(cgroupID uint64) (path string, gone bool, err error) {
 	mount, err := unix.Open(r.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer unix.Close(mount)
 	h := make([]byte, 8)
 	binary.NativeEndian.PutUint64(h, cgroupID)
 	fd, err := unix.OpenByHandleAt(mount, unix.NewFileHandle(fileidKernfs, h), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
-		return "", err
+		return "", errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT), err
 	}
 	defer unix.Close(fd)
-	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	path, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	return path, false, err
 }
 
 // walk finds the path of the directory with that inode under root ("" if

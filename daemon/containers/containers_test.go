@@ -45,7 +45,7 @@ func TestLookupByHandleAndWalkAgree(t *testing.T) {
 	defer os.Remove(filepath.Dir(dir))
 	ino := inode(t, dir)
 	r := New(root)
-	byHandle, err := r.byHandle(ino)
+	byHandle, _, err := r.byHandle(ino)
 	if err != nil {
 		t.Fatalf("opening the cgroup by its id: %v (as root on Linux >= 5.5 this works)", err)
 	}
@@ -55,8 +55,8 @@ func TestLookupByHandleAndWalkAgree(t *testing.T) {
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := r.byHandle(ino); err == nil {
-		t.Errorf("a removed cgroup opened by its id: %q", p)
+	if p, gone, err := r.byHandle(ino); err == nil || !gone {
+		t.Errorf("a removed cgroup opened by its id: %q, gone %v, %v", p, gone, err)
 	}
 	if got := r.ContainerID(ino); got != "" {
 		t.Errorf("a removed cgroup resolved to %q", got)

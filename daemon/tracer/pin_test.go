@@ -189,8 +189,9 @@ func (b both) Flush()                       { b[0].Flush(); b[1].Flush() }
 
 // TestResumeAfterKillMidDrain stops a daemon at the worst instant: its
 // output has written a drain (and stored how far it got) but the drain was
-// not released to the kernel. The next daemon reads the same records again:
-// its aggregator (a plain sink) gets them all, its output none of them, and
+// not released to the kernel. The next daemon dies a few records into
+// reading them again. The one after reads the same records again: its
+// aggregator (a plain sink) gets them all, its output none of them, and
 // then everything new.
 func TestResumeAfterKillMidDrain(t *testing.T) {
 	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-resume-%d", os.Getpid())
@@ -254,6 +255,29 @@ func TestResumeAfterKillMidDrain(t *testing.T) {
 	took := ours(outA.exchanges, port)
 	if len(took) < 20 {
 		t.Fatalf("the first daemon's output took %d of the 20 exchanges", len(took))
+	}
+
+	// A second daemon dies too, a few records into the replay, after its
+	// output flushed: the output's position must stay where the first
+	// left it, not go back to where this one got.
+	m, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outM := &durable{}
+	sinkM := m.Resume("test", outM)
+	for range 3 {
+		raw, end, ok := m.ring.next()
+		if !ok {
+			t.Fatal("the second daemon found nothing to replay")
+		}
+		m.pos = end
+		m.decode(raw, sinkM)
+	}
+	sinkM.Flush()
+	m.Close()
+	if len(outM.exchanges) != 0 {
+		t.Fatalf("the second daemon's output took %d records the first had written", len(outM.exchanges))
 	}
 
 	b, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})

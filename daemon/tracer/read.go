@@ -82,9 +82,9 @@ func (t *Tracer) flush(sink Sink) {
 }
 
 // exitSyncTimeout bounds how long a stopping daemon waits for its outputs
-// to sync the last drain: a little more than the OTLP exporter's own bound
-// on a sync.
-const exitSyncTimeout = 2 * time.Second
+// to sync the last drain: the OTLP exporter's sync in progress and the
+// one after it, each bounded by its SyncTimeout (1 s), and a margin.
+const exitSyncTimeout = 3 * time.Second
 
 // flushBytes bounds the records a sink takes between two Flushes. A drain
 // woken at WakeupBytes (an eighth of the ring) holds megabytes of records:

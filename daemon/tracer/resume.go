@@ -90,7 +90,9 @@ func (r *resumed) ConnClose(c record.ConnClose) {
 
 func (r *resumed) Flush() {
 	r.out.Flush()
-	pos := r.t.ring.pending()
+	// While a restarted daemon replays what out already has, out's
+	// position stays where the killed daemon left it.
+	pos := max(r.t.ring.pending(), r.skipTo)
 	r.out.Sync(func(err error) { r.synced(pos, err) })
 }
 

@@ -246,9 +246,10 @@ type Exporter struct {
 	// a good one.
 	synced  uint64
 	failing atomic.Bool
-	// Syncs waiting for syncLoop; syncKick wakes it, closed at shutdown.
+	// Syncs waiting for syncLoop; syncKick wakes it. Both, and the
+	// closing of syncKick at shutdown, are under syncMu.
 	syncMu      sync.Mutex
-	syncWaiters []func(error)
+	syncWaiters []syncWaiter
 	syncClosed  bool
 	syncKick    chan struct{}
 	syncDone    chan struct{}
@@ -310,9 +311,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		if !cfg.DisableMetrics {
 			mexp, err := newMetricExporter(ctx, cfg)
 			if err != nil {
-				if x.tp != nil {
-					_ = x.tp.Shutdown(ctx)
-				}
+				_ = x.Shutdown(ctx)
 				return nil, fmt.Errorf("otlp: metric exporter: %w", err)
 			}
 			mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(
@@ -414,15 +413,24 @@ func (x *Exporter) Sync(done func(error)) {
 		done(errShutdown)
 		return
 	}
-	x.syncWaiters = append(x.syncWaiters, done)
-	x.syncMu.Unlock()
+	x.syncWaiters = append(x.syncWaiters, syncWaiter{queued: x.spansQueued.Load(), done: done})
 	select {
 	case x.syncKick <- struct{}{}:
 	default: // a kick is pending: it will see this waiter
 	}
+	x.syncMu.Unlock()
+}
+
+// syncWaiter is a Sync to answer once the spans queued before it are out.
+type syncWaiter struct {
+	queued uint64
+	done   func(error)
 }
 
 // syncLoop answers Syncs, one backend round trip for all those waiting.
+// A round trip exports whatever is queued when it starts, so the Syncs
+// asked during it whose spans it covered are answered with it rather than
+// after one more: a daemon killed in between would send those spans again.
 func (x *Exporter) syncLoop() {
 	defer close(x.syncDone)
 	for range x.syncKick {
@@ -434,16 +442,29 @@ func (x *Exporter) syncLoop() {
 			continue
 		}
 		err := x.syncNow()
-		for _, done := range waiters {
-			done(err)
+		if err == nil {
+			x.syncMu.Lock()
+			var later []syncWaiter
+			for _, w := range x.syncWaiters {
+				if w.queued <= x.synced {
+					waiters = append(waiters, w)
+				} else {
+					later = append(later, w)
+				}
+			}
+			x.syncWaiters = later
+			x.syncMu.Unlock()
+		}
+		for _, w := range waiters {
+			w.done(err)
 		}
 	}
 	x.syncMu.Lock()
 	waiters := x.syncWaiters
 	x.syncWaiters = nil
 	x.syncMu.Unlock()
-	for _, done := range waiters {
-		done(errShutdown)
+	for _, w := range waiters {
+		w.done(errShutdown)
 	}
 }
 
@@ -492,8 +513,8 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 		if x.tp != nil {
 			x.syncMu.Lock()
 			x.syncClosed = true
-			x.syncMu.Unlock()
 			close(x.syncKick)
+			x.syncMu.Unlock()
 			<-x.syncDone
 			errs = append(errs, x.tp.Shutdown(ctx))
 		}
