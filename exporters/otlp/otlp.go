@@ -47,6 +47,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -434,38 +435,38 @@ type syncWaiter struct {
 func (x *Exporter) syncLoop() {
 	defer close(x.syncDone)
 	for range x.syncKick {
-		x.syncMu.Lock()
-		waiters := x.syncWaiters
-		x.syncWaiters = nil
-		x.syncMu.Unlock()
+		waiters := x.takeWaiters(math.MaxUint64)
 		if len(waiters) == 0 {
 			continue
 		}
 		err := x.syncNow()
 		if err == nil {
-			x.syncMu.Lock()
-			var later []syncWaiter
-			for _, w := range x.syncWaiters {
-				if w.queued <= x.synced {
-					waiters = append(waiters, w)
-				} else {
-					later = append(later, w)
-				}
-			}
-			x.syncWaiters = later
-			x.syncMu.Unlock()
+			waiters = append(waiters, x.takeWaiters(x.synced)...)
 		}
 		for _, w := range waiters {
 			w.done(err)
 		}
 	}
-	x.syncMu.Lock()
-	waiters := x.syncWaiters
-	x.syncWaiters = nil
-	x.syncMu.Unlock()
-	for _, w := range waiters {
+	for _, w := range x.takeWaiters(math.MaxUint64) {
 		w.done(errShutdown)
 	}
+}
+
+// takeWaiters removes the waiting Syncs whose spans were queued by the
+// time upTo spans were, and returns them.
+func (x *Exporter) takeWaiters(upTo uint64) []syncWaiter {
+	x.syncMu.Lock()
+	defer x.syncMu.Unlock()
+	var taken, left []syncWaiter
+	for _, w := range x.syncWaiters {
+		if w.queued <= upTo {
+			taken = append(taken, w)
+		} else {
+			left = append(left, w)
+		}
+	}
+	x.syncWaiters = left
+	return taken
 }
 
 // syncNow waits, at most SyncTimeout, until the spans queued so far are

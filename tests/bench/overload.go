@@ -37,15 +37,11 @@ func (o Overload) Exact() bool { return o.Decoded+o.Lost == o.Made }
 // returns the daemon's log too.
 func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d time.Duration) (o Overload, log string, err error) {
 	o = Overload{Conns: conns, Stopped: d.String()}
-	root, err := tracer.Cgroup2Root()
+	cg, removeCg, err := Cgroup(fmt.Sprintf("lattrace-bench-%d", os.Getpid()))
 	if err != nil {
 		return o, log, err
 	}
-	cg := filepath.Join(root, fmt.Sprintf("lattrace-bench-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
-		return o, log, err
-	}
-	defer os.Remove(cg)
+	defer removeCg()
 	if err := freshDir(env.Dir); err != nil {
 		return o, log, err
 	}
@@ -73,28 +69,51 @@ func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d ti
 	}
 	o.RoundTrips = r.RoundTrips
 	o.Made = 2*r.RoundTrips + 4*uint64(r.Conns)
-	// Wait until the daemon has drained what the ring buffer held.
-	var last float64 = -1
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if err := workload.SleepCtx(ctx, 500*time.Millisecond); err != nil {
-			return o, log, err
-		}
-		m, err := dm.Metrics()
-		if err != nil {
-			return o, log, err
-		}
-		n := m["lattrace_records_decoded_total"] + m["lattrace_ringbuf_full_total"]
-		o.Decoded, o.Lost = uint64(m["lattrace_records_decoded_total"]), uint64(m["lattrace_ringbuf_full_total"])
-		if n == last || time.Now().After(deadline) {
-			break
-		}
-		last = n
+	m, err := dm.Settled(ctx)
+	if err != nil {
+		return o, log, err
 	}
+	o.Decoded, o.Lost = uint64(m["lattrace_records_decoded_total"]), uint64(m["lattrace_ringbuf_full_total"])
 	o.Alive = dm.Alive()
 	if h, err := healthz(dm); err == nil {
 		o.Reported = h
 	}
 	return o, log, nil
+}
+
+// Cgroup makes a cgroup v2 directory of that name under the root, for
+// traffic of its own; remove deletes it once its processes are gone.
+func Cgroup(name string) (dir string, remove func(), err error) {
+	root, err := tracer.Cgroup2Root()
+	if err != nil {
+		return "", nil, err
+	}
+	dir = filepath.Join(root, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return "", nil, err
+	}
+	return dir, func() { os.Remove(dir) }, nil
+}
+
+// Settled waits until the daemon has drained what the ring buffer held:
+// until its records decoded and lost stop changing between two looks
+// (30 s at most), and returns its metrics then.
+func (d *Daemon) Settled(ctx context.Context) (map[string]float64, error) {
+	last := -1.0
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := workload.SleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return nil, err
+		}
+		m, err := d.Metrics()
+		if err != nil {
+			return nil, err
+		}
+		n := m["lattrace_records_decoded_total"] + m["lattrace_ringbuf_full_total"]
+		if n == last || time.Now().After(deadline) {
+			return m, nil
+		}
+		last = n
+	}
 }
 
 // healthz returns the daemon's /healthz body.

@@ -150,11 +150,10 @@ func cheaperThan(res *Results, tool string) Target {
 // Targets judges every goal the run has data for.
 func Targets(res *Results) []Target {
 	var out []Target
-	// byMedian judges the 1 ms paths on the median round trip lattrace
-	// adds: their rate, a mean, swings by several % between runs of tools
-	// that do nothing there (the lab relay's scheduling), which would
-	// hide a 1 % cost either way.
-	lossGoal := func(workload string, pct float64, byMedian bool) {
+	// A workload in judgedByMedian is judged on the median round trip
+	// lattrace adds: its rate would hide a 1 % cost either way.
+	lossGoal := func(workload string, pct float64) {
+		byMedian := judgedByMedian[workload]
 		t := Target{Goal: fmt.Sprintf("lattrace costs at most %g %% of the untraced rate: %s", pct, workload), Met: notMeasured}
 		if byMedian {
 			t.Goal += " (judged on the median round trip)"
@@ -179,10 +178,10 @@ func Targets(res *Results) []Target {
 		}
 		out = append(out, t)
 	}
-	lossGoal("loopback RR 100 B", 5, false)
-	lossGoal("1 ms path RR 100 B", 1, judgedByMedian["1 ms path RR 100 B"])
-	lossGoal("1 ms path RR 1 KB", 1, judgedByMedian["1 ms path RR 1 KB"])
-	lossGoal("loopback bulk stream", 1, false)
+	lossGoal("loopback RR 100 B", 5)
+	lossGoal("1 ms path RR 100 B", 1)
+	lossGoal("1 ms path RR 1 KB", 1)
+	lossGoal("loopback bulk stream", 1)
 
 	out = append(out, cheaperThan(res, "tcpdump -s 96"))
 

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/tests/bench"
 	"github.com/lattrace/lattrace/tests/otelcol"
-	"github.com/lattrace/lattrace/tests/workload"
 )
 
 // TestStalledBackendKeepsTracing: a tracing backend that accepts
@@ -30,15 +27,11 @@ func TestStalledBackendKeepsTracing(t *testing.T) {
 		t.Fatal(err)
 	}
 	col := otelcol.Start(t)
-	root, err := tracer.Cgroup2Root()
+	cg, removeCg, err := bench.Cgroup(fmt.Sprintf("lattrace-e2e-stall-%d", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := filepath.Join(root, fmt.Sprintf("lattrace-e2e-stall-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(cg) })
+	t.Cleanup(removeCg)
 	pins := fmt.Sprintf("/sys/fs/bpf/lattrace-e2e-stall-%d", os.Getpid())
 	dm, err := bench.StartDaemon(bench.DaemonConfig{Bin: lattrace, Dir: t.TempDir(), OTLP: col.GRPCEndpoint(),
 		PinPath: pins, Cgroup: cg, RingMiB: 1})
@@ -71,17 +64,9 @@ func TestStalledBackendKeepsTracing(t *testing.T) {
 		t.Fatal(err)
 	}
 	made := 2*r.RoundTrips + 4*uint64(r.Conns)
-	var m map[string]float64
-	for last, deadline := -1.0, time.Now().Add(30*time.Second); ; last = m["lattrace_records_decoded_total"] {
-		if err := workload.SleepCtx(ctx, 300*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		if m, err = dm.Metrics(); err != nil {
-			t.Fatal(err)
-		}
-		if m["lattrace_records_decoded_total"] == last || time.Now().After(deadline) {
-			break
-		}
+	m, err := dm.Settled(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	decoded, lost := uint64(m["lattrace_records_decoded_total"]), uint64(m["lattrace_ringbuf_full_total"])
 	t.Logf("%d round trips while the Collector was stopped: %d records made, %d decoded, %d lost; released before the backend had them %.0f times",
