@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ func newDaemon() *cobra.Command {
 	var otlpOn bool
 	var maxPairs, ringMiB, maxProcs int
 	var cleanup bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "trace every TCP connection on this node and write what it finds",
@@ -68,6 +70,13 @@ func newDaemon() *cobra.Command {
 			if maxProcs > 0 {
 				runtime.GOMAXPROCS(maxProcs)
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return daemon.Run(cmd.Context(), cfg, slog.Default())
 		},
 	}
@@ -88,6 +97,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the daemon to this file until it exits (for a report of its cost; make pgo builds from one)")
 	f.IntVar(&maxPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")
 	f.StringVar(&cfg.APIAddr, "api-addr", "", "also serve the local API on this loopback host:port")
@@ -118,4 +128,24 @@ func cleanupPins(cmd *cobra.Command, dir string) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "removed %d pins under %s: the programs are detached\n", len(removed), dir)
 	return nil
+}
+
+// startCPUProfile profiles the daemon's Go code into path until stop, which
+// the daemon calls on its way out (SIGTERM or SIGINT; a kill leaves the
+// file without its samples).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			slog.Error("writing the CPU profile", "file", path, "err", err)
+		}
+	}, nil
 }

@@ -47,6 +47,8 @@ type DaemonConfig struct {
 	Drain time.Duration
 	// RingMiB is --ring-buffer-mib (0 = the default).
 	RingMiB int
+	// CPUProfile is --cpu-profile ("" = none).
+	CPUProfile string
 }
 
 // StartDaemon starts the daemon and waits until /healthz answers.
@@ -75,6 +77,9 @@ func StartDaemon(c DaemonConfig) (*Daemon, error) {
 	}
 	if c.RingMiB > 0 {
 		args = append(args, "--ring-buffer-mib", strconv.Itoa(c.RingMiB))
+	}
+	if c.CPUProfile != "" {
+		args = append(args, "--cpu-profile", c.CPUProfile)
 	}
 	d := &Daemon{metrics: addr, pinPath: c.PinPath, bin: c.Bin, log: &lockedBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(c.Bin, args...)

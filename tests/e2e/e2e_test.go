@@ -115,6 +115,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{"no kernel BTF file", nil, []string{"daemon", "--kernel-btf", "/nonexistent/vmlinux"}, 1, "reading kernel BTF"},
 		{"no cgroup", nil, []string{"daemon", "--cgroup", "/nonexistent"}, 2, "cgroup /nonexistent"},
 		{"not a cgroup", nil, []string{"daemon", "--cgroup", "/tmp"}, 2, "not in a cgroup v2 hierarchy"},
+		{"profile nowhere", nil, []string{"daemon", "--output", "none", "--cpu-profile", "/nonexistent/cpu.pprof"}, 1, "--cpu-profile: open /nonexistent/cpu.pprof"},
 		// setpriv drops root: the daemon must say which capabilities it needs.
 		{"unprivileged", []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"},
 			[]string{"daemon"}, 1, "permission denied: lattrace needs root"},
@@ -126,6 +127,25 @@ func TestBadInputIsOneLine(t *testing.T) {
 			}
 			oneLine(t, stderr, c.want)
 		})
+	}
+}
+
+// TestCPUProfile: --cpu-profile leaves a CPU profile of the daemon that
+// go tool pprof reads, written as a SIGTERM stops it (make pgo builds the
+// binary's profile-guided optimisation from one).
+func TestCPUProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	cmd, log := startDaemon(t, "daemon", "--output", "none", "--metrics-addr", "", "--cpu-profile", prof)
+	loopbackSends(t, 100)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon: %v\n%s", err, log.String())
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", lattrace, prof).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^Type: cpu$`).Match(out) || !regexp.MustCompile(`(?m)^Duration: `).Match(out) {
+		t.Errorf("go tool pprof on the profile: %v\n%s", err, out)
 	}
 }
 

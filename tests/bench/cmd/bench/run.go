@@ -68,6 +68,7 @@ func run(args []string) int {
 	report := fs.String("report", "", "only write the report (--md) from this results.json")
 	reps := fs.Int("reps", 0, "repetitions of each request/response measurement (default: 5, quick 3)")
 	merge := fs.String("merge", "", "a results.json whose --sections this run measures again: they replace its own, and the report says so")
+	pgo := fs.String("pgo", "", "measure nothing: write a CPU profile of the daemon under the daemon cost workload to this file, for profile-guided optimisation (make pgo)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -135,6 +136,9 @@ func run(args []string) int {
 	}
 	defer col.Stop()
 	env := &bench.Env{Lattrace: bin, Dir: filepath.Join(scratch, "run"), OTLP: col.GRPCEndpoint()}
+	if *pgo != "" {
+		return profile(ctx, env, self, *pgo, logf)
+	}
 
 	res := &bench.Results{Started: time.Now(), Quick: *quickFlag, Command: "make bench", Machine: machine(), Errors: map[string]string{}}
 	if *quickFlag {
@@ -317,4 +321,20 @@ func moduleRoot() (string, error) {
 		return "", fmt.Errorf("not inside the lattrace module")
 	}
 	return filepath.Dir(mod), nil
+}
+
+// profile is --pgo.
+func profile(ctx context.Context, env *bench.Env, self, path string, logf func(string, ...any)) int {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	logf("profiling the daemon at %d exchanges/s for %v", bench.PGORate, bench.PGOTime)
+	if err := bench.ProfileDaemon(ctx, env, self, abs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: --pgo:", err)
+		return 1
+	}
+	logf("wrote %s", path)
+	return 0
 }

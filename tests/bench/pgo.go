@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// PGORate and PGOTime are the workload ProfileDaemon profiles: the daemon
+// cost section's highest rate (exchanges/s), long enough for a few
+// thousand samples.
+const (
+	PGORate = 50000
+	PGOTime = 60 * time.Second
+)
+
+// ProfileDaemon writes to path a Go CPU profile of the daemon, run as the
+// chart runs it (pinned, OTLP to the Collector), under the daemon cost
+// section's workload at PGORate: the profile Go's profile-guided
+// optimisation builds cmd/lattrace with (make pgo writes it to
+// cmd/lattrace/default.pgo, which go build picks up by itself).
+func ProfileDaemon(ctx context.Context, env *Env, self, path string) error {
+	if err := freshDir(env.Dir); err != nil {
+		return err
+	}
+	d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, OTLP: env.OTLP, PinPath: BenchPinPath, CPUProfile: path})
+	if err != nil {
+		return err
+	}
+	lost, err := profiledLoad(ctx, d, self)
+	// The profile is written as the daemon exits.
+	if err := errors.Join(err, d.Stop()); err != nil {
+		return err
+	}
+	if lost > 0 {
+		return fmt.Errorf("the daemon lost %.0f records: not the steady state to profile", lost)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		return fmt.Errorf("the daemon wrote no profile to %s: %v", path, err)
+	}
+	return nil
+}
+
+// profiledLoad runs the workload against d and returns the records d lost.
+func profiledLoad(ctx context.Context, d *Daemon, self string) (lost float64, err error) {
+	rtRate := PGORate / 2
+	l, err := StartLoad(self, LoadConfig{Mode: "rr", Conns: rtRate / 400, Rate: float64(rtRate), Duration: PGOTime, Size: 100}, "")
+	if err != nil {
+		return 0, err
+	}
+	_, err = l.Result(ctx)
+	if err = errors.Join(err, l.Close()); err != nil {
+		return 0, err
+	}
+	m, err := d.Metrics()
+	return m["lattrace_ringbuf_full_total"], err
+}
