@@ -84,7 +84,7 @@ func newDaemon() *cobra.Command {
 	f.String("config", "", "YAML file of settings: the flags' names with underscores as keys (docs/configuration.md); the environment (LATTRACE_<KEY>) and flags override it")
 	f.StringVar(&cfg.Output, "output", "jsonl", "where records go: jsonl or none")
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
-	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
+	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
 	// One CPU by default: the daemon's work is one loop draining the ring,
 	// and a second CPU for the runtime mostly adds wake-ups of idle

@@ -41,7 +41,7 @@ func newRecord() *cobra.Command {
 	f.IntVar(&sampling.Max, "max-samples", recording.DefaultSampling.Max, "RTT/cwnd samples kept in all")
 	f.StringVar(&opts.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&opts.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
-	f.DurationVar(&opts.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default 100ms)")
+	f.DurationVar(&opts.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		switch {
 		case out == "":
