@@ -231,6 +231,12 @@ func run(args []string) int {
 	}
 	path := filepath.Join(*out, "results.json")
 	if *merge != "" {
+		if ctx.Err() != nil {
+			// Its sections are cut short: merged, they would replace the
+			// base's whole ones, and the report would call them measured.
+			fmt.Fprintf(os.Stderr, "bench: interrupted: nothing merged into %s\n", *merge)
+			return 1
+		}
 		base, err := bench.LoadResults(*merge)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
