@@ -26,22 +26,35 @@ func ProfileDaemon(ctx context.Context, env *Env, self, path string) error {
 	if err := freshDir(env.Dir); err != nil {
 		return err
 	}
-	d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, OTLP: env.OTLP, PinPath: BenchPinPath, CPUProfile: path})
+	// The daemon writes beside path, which is replaced only by a whole
+	// profile: go build takes whatever is there, and an interrupted run
+	// would leave an empty or partial one.
+	tmp := path + ".tmp"
+	defer os.Remove(tmp)
+	d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, OTLP: env.OTLP, PinPath: BenchPinPath, CPUProfile: tmp})
 	if err != nil {
 		return err
 	}
 	lost, err := profiledLoad(ctx, d, self)
 	// The profile is written as the daemon exits.
-	if err := errors.Join(err, d.Stop()); err != nil {
+	err = errors.Join(err, d.Stop())
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %s left as it was", path)
+	}
+	if err != nil {
 		return err
 	}
 	if lost > 0 {
 		return fmt.Errorf("the daemon lost %.0f records: not the steady state to profile", lost)
 	}
-	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
-		return fmt.Errorf("the daemon wrote no profile to %s: %v", path, err)
+	st, err := os.Stat(tmp)
+	if err != nil {
+		return err
 	}
-	return nil
+	if st.Size() == 0 {
+		return fmt.Errorf("the daemon wrote an empty profile")
+	}
+	return os.Rename(tmp, path)
 }
 
 // profiledLoad runs the workload against d and returns the records d lost.
@@ -51,7 +64,10 @@ func profiledLoad(ctx context.Context, d *Daemon, self string) (lost float64, er
 	if err != nil {
 		return 0, err
 	}
-	_, err = l.Result(ctx)
+	if _, err = l.Result(ctx); err != nil {
+		// Interrupted: the generator would run its full time.
+		_ = l.cmd.Process.Kill()
+	}
 	if err = errors.Join(err, l.Close()); err != nil {
 		return 0, err
 	}

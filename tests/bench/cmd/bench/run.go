@@ -68,7 +68,7 @@ func run(args []string) int {
 	report := fs.String("report", "", "only write the report (--md) from this results.json")
 	reps := fs.Int("reps", 0, "repetitions of each request/response measurement (default: 5, quick 3)")
 	merge := fs.String("merge", "", "a results.json whose --sections this run measures again: they replace its own, and the report says so")
-	pgo := fs.String("pgo", "", "measure nothing: write a CPU profile of the daemon under the daemon cost workload to this file, for profile-guided optimisation (make pgo)")
+	pgo := fs.String("pgo", "", "measure nothing: write a CPU profile of the daemon under the daemon cost workload to this file, for profile-guided optimisation (make pgo); of the other flags only --lattrace counts")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -230,13 +230,22 @@ func run(args []string) int {
 		return 1
 	}
 	path := filepath.Join(*out, "results.json")
-	if *merge != "" {
-		if ctx.Err() != nil {
-			// Its sections are cut short: merged, they would replace the
-			// base's whole ones, and the report would call them measured.
-			fmt.Fprintf(os.Stderr, "bench: interrupted: nothing merged into %s\n", *merge)
+	if ctx.Err() != nil {
+		// Its sections are cut short (and the later ones skipped): merged,
+		// they would replace a base's whole ones, and a report would call
+		// them measured. What was measured is kept for a look, unless
+		// that would overwrite the base of a merge.
+		if *merge != "" {
+			fmt.Fprintf(os.Stderr, "bench: interrupted: nothing merged into %s, no report written\n", *merge)
 			return 1
 		}
+		if err := res.Save(path); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: interrupted: partial results in %s, no report written\n", path)
+		return 1
+	}
+	if *merge != "" {
 		base, err := bench.LoadResults(*merge)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
