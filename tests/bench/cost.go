@@ -106,6 +106,15 @@ func MeasureRates(ctx context.Context, env *Env, c CostConfig) ([]RateCost, erro
 	return out, nil
 }
 
+// daemonLoad starts the daemon cost workload: 100-byte round trips making
+// exchanges exchanges/s (one at each end per round trip) for d, on 1
+// connection per 400 round trips/s: a few busy connections, as a service's
+// pool would have.
+func daemonLoad(self string, exchanges float64, d time.Duration) (*Loadgen, error) {
+	rt := exchanges / 2
+	return StartLoad(self, LoadConfig{Mode: "rr", Conns: max(1, int(rt/400)), Rate: rt, Duration: d, Size: 100}, "")
+}
+
 func measureRate(ctx context.Context, env *Env, c CostConfig, set DaemonSetting, rate float64) (RateCost, error) {
 	res := RateCost{Config: set.Name, Offered: rate}
 	if err := freshDir(env.Dir); err != nil {
@@ -120,12 +129,8 @@ func measureRate(ctx context.Context, env *Env, c CostConfig, set DaemonSetting,
 		return res, err
 	}
 	defer d.Stop()
-	// 1 connection per 400 round trips/s: a few busy connections, as a
-	// service's pool would have.
-	rtRate := rate / 2
-	conns := max(1, int(rtRate/400))
 	warm := 2 * time.Second
-	l, err := StartLoad(c.Self, LoadConfig{Mode: "rr", Conns: conns, Rate: rtRate, Duration: warm + c.Window + time.Second, Size: 100}, "")
+	l, err := daemonLoad(c.Self, rate, warm+c.Window+time.Second)
 	if err != nil {
 		return res, err
 	}

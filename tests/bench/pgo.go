@@ -59,8 +59,7 @@ func ProfileDaemon(ctx context.Context, env *Env, self, path string) error {
 
 // profiledLoad runs the workload against d and returns the records d lost.
 func profiledLoad(ctx context.Context, d *Daemon, self string) (lost float64, err error) {
-	rtRate := PGORate / 2
-	l, err := StartLoad(self, LoadConfig{Mode: "rr", Conns: rtRate / 400, Rate: float64(rtRate), Duration: PGOTime, Size: 100}, "")
+	l, err := daemonLoad(self, PGORate, PGOTime)
 	if err != nil {
 		return 0, err
 	}
