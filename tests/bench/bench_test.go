@@ -252,3 +252,35 @@ func TestMergeRerun(t *testing.T) {
 		t.Error("the report still lists the rerun section as failed")
 	}
 }
+
+// TestPairedBaselines: with a baseline per observer, each observer is
+// judged against its own (a jump of the machine's speed between pairs
+// cancels), and comparisons between tools go through those ratios.
+func TestPairedBaselines(t *testing.T) {
+	r := Result{Workload: "loopback RR 100 B", Rates: map[string][]float64{
+		// The machine ran at 100 in round 1 and 70 in round 2; the
+		// one-per-round baseline would have caught either.
+		Baseline:        {100, 70, 100, 70},
+		"lattrace":      {90, 63},
+		"tcpdump -s 96": {66.5, 95},
+	}, Base: map[string][]float64{
+		"lattrace":      {100, 70},
+		"tcpdump -s 96": {70, 100},
+	}, P50s: map[string][]float64{"lattrace": {11, 16}, "tcpdump -s 96": {15.5, 10.5}},
+		BaseP50s: map[string][]float64{"lattrace": {10, 14}, "tcpdump -s 96": {14, 10}}}
+	if s := r.Ratio("lattrace"); math.Abs(s.Min-0.9) > 1e-9 || math.Abs(s.Max-0.9) > 1e-9 {
+		t.Errorf("lattrace at 90 %% of its own baseline in both rounds: %+v", s)
+	}
+	if s := r.Ratio("tcpdump -s 96"); math.Abs(s.Min-0.95) > 1e-9 || math.Abs(s.Max-0.95) > 1e-9 {
+		t.Errorf("tcpdump at 95 %% of its own baseline in both rounds: %+v", s)
+	}
+	if a, ok := r.Added("lattrace"); !ok || a.Min != 1 || a.Max != 2 {
+		t.Errorf("lattrace added 1 and 2 µs to its baselines' medians: %+v", a)
+	}
+	// Round by round, tcpdump's raw rate is the lower in round 1 and the
+	// higher in round 2; against their own baselines lattrace is dearer
+	// in both.
+	if v, detail, ok := compareRounds(r, "tcpdump -s 96"); !ok || v != notCheaper {
+		t.Errorf("lattrace 10 %% dearer than its baseline, tcpdump 5 %%: %q (%s)", v, detail)
+	}
+}

@@ -17,6 +17,10 @@ type Results struct {
 	Options  struct {
 		Reps     int           `json:"reps"`
 		Duration time.Duration `json:"duration"`
+		// Awake is how the vCPUs were kept from halting (Awake.Method);
+		// empty in runs from before it was recorded, which all used busy
+		// loops.
+		Awake string `json:"awake,omitempty"`
 	} `json:"options"`
 	Observers []ObserverInfo `json:"observers"`
 	RR        []Result       `json:"rr"`

@@ -184,28 +184,52 @@ type Result struct {
 	// P50s[observer][rep] are the median round trips in µs (request/
 	// response loops only).
 	P50s map[string][]float64 `json:"p50s,omitempty"`
+	// Base[observer][rep] is the mean rate of the untraced runs made right
+	// before and after the observer's in round rep, and BaseP50s their
+	// mean median round trip: each observer is judged against its own
+	// baseline (see Measure). Absent in
+	// runs from before the pairing, where Rates[Baseline] is the one
+	// baseline of each round.
+	Base     map[string][]float64 `json:"base,omitempty"`
+	BaseP50s map[string][]float64 `json:"base_p50s,omitempty"`
 	// Evidence is what each observer said it saw in its last run.
 	Evidence map[string]string `json:"evidence"`
 }
 
-// Ratio is an observer's rate over the baseline's, paired by repetition.
+// Ratio is an observer's rate over its baseline's, paired by round.
 func (r Result) Ratio(observer string) Spread {
-	return SpreadOf(Ratios(r.Rates[observer], r.Rates[Baseline]))
+	return SpreadOf(r.relative(observer))
 }
 
-// Added is the median round trip an observer adds, in µs, paired by
-// repetition with the baseline's (ok false without medians).
-func (r Result) Added(observer string) (Spread, bool) {
-	base, obs := r.P50s[Baseline], r.P50s[observer]
-	n := min(len(base), len(obs))
-	if n == 0 {
-		return Spread{}, false
+// relative is an observer's rate over its baseline's, round by round.
+func (r Result) relative(observer string) []float64 {
+	base := r.Base[observer]
+	if len(base) == 0 {
+		base = r.Rates[Baseline]
 	}
+	return Ratios(r.Rates[observer], base)
+}
+
+// Added is the median round trip an observer adds, in µs, paired by round
+// with its baseline's (ok false without medians).
+func (r Result) Added(observer string) (Spread, bool) {
+	d := r.added(observer)
+	return SpreadOf(d), len(d) > 0
+}
+
+// added is the µs an observer added to the median round trip, round by
+// round.
+func (r Result) added(observer string) []float64 {
+	base, obs := r.BaseP50s[observer], r.P50s[observer]
+	if len(r.Base[observer]) == 0 {
+		base = r.P50s[Baseline]
+	}
+	n := min(len(base), len(obs))
 	d := make([]float64, n)
 	for i := range n {
 		d[i] = obs[i] - base[i]
 	}
-	return SpreadOf(d), true
+	return d
 }
 
 // RunOptions size a measurement.
@@ -218,9 +242,16 @@ type RunOptions struct {
 }
 
 // Measure runs w under each observer, reps times, interleaved: each round
-// runs every observer once, in an order rotated from the last round's.
+// runs every observer once, in an order rotated from the last round's,
+// between two untraced runs (untraced, A, untraced, B, untraced, ...), and
+// an observer is compared with the mean of the two runs beside it. On this
+// VM the rate of a loop jumps between levels a third apart as the host
+// moves the vCPUs, and holds one for ten seconds or so: a round of every
+// observer spans several jumps, the runs beside one seldom do, and a jump
+// on one side of it counts half.
 func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o RunOptions) (Result, error) {
-	res := Result{Workload: w.Name, Unit: w.Unit, Rates: map[string][]float64{}, P50s: map[string][]float64{}, Evidence: map[string]string{}}
+	res := Result{Workload: w.Name, Unit: w.Unit, Rates: map[string][]float64{}, P50s: map[string][]float64{},
+		Base: map[string][]float64{}, BaseP50s: map[string][]float64{}, Evidence: map[string]string{}}
 	run, closeFn, sc, err := w.open(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", w.Name, err)
@@ -231,35 +262,66 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 	if _, err := run(ctx, time.Second); err != nil {
 		return res, fmt.Errorf("%s: warm-up: %w", w.Name, err)
 	}
+	measure := func(ob Observer, rep int) (Run, error) {
+		if err := os.RemoveAll(env.Dir); err != nil {
+			return Run{}, err
+		}
+		if err := os.MkdirAll(env.Dir, 0o700); err != nil {
+			return Run{}, err
+		}
+		stop, err := ob.Start(ctx, env, sc)
+		if err != nil {
+			return Run{}, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
+		}
+		if err := workload.SleepCtx(ctx, o.Settle); err != nil {
+			_, _ = stop()
+			return Run{}, err
+		}
+		r, runErr := run(ctx, o.Duration)
+		evidence, stopErr := stop()
+		if err := errors.Join(runErr, stopErr); err != nil {
+			return Run{}, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
+		}
+		res.Rates[ob.Name] = append(res.Rates[ob.Name], r.Rate)
+		if r.P50 > 0 {
+			res.P50s[ob.Name] = append(res.P50s[ob.Name], r.P50)
+		}
+		res.Evidence[ob.Name] = evidence
+		if o.Log != nil {
+			o.Log("%-22s %-16s rep %d: %10.2f %s  (%s)", w.Name, ob.Name, rep+1, r.Rate, w.Unit, evidence)
+		}
+		return r, nil
+	}
+	var untraced Observer
+	for _, ob := range observers {
+		if ob.Name == Baseline {
+			untraced = ob
+		}
+	}
+	if untraced.Name == "" {
+		return res, fmt.Errorf("%s: no %s observer to compare with", w.Name, Baseline)
+	}
 	for rep := range o.Reps {
+		before, err := measure(untraced, rep)
+		if err != nil {
+			return res, err
+		}
 		for _, ob := range Rotate(observers, rep) {
-			if err := os.RemoveAll(env.Dir); err != nil {
+			if ob.Name == Baseline {
+				continue
+			}
+			if _, err := measure(ob, rep); err != nil {
 				return res, err
 			}
-			if err := os.MkdirAll(env.Dir, 0o700); err != nil {
-				return res, err
-			}
-			stop, err := ob.Start(ctx, env, sc)
+			after, err := measure(untraced, rep)
 			if err != nil {
-				return res, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
-			}
-			if err := workload.SleepCtx(ctx, o.Settle); err != nil {
-				_, _ = stop()
 				return res, err
 			}
-			r, runErr := run(ctx, o.Duration)
-			evidence, stopErr := stop()
-			if err := errors.Join(runErr, stopErr); err != nil {
-				return res, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
+			res.Base[ob.Name] = append(res.Base[ob.Name], (before.Rate+after.Rate)/2)
+			if before.P50 > 0 && after.P50 > 0 {
+				res.BaseP50s[ob.Name] = append(res.BaseP50s[ob.Name], (before.P50+after.P50)/2)
 			}
-			res.Rates[ob.Name] = append(res.Rates[ob.Name], r.Rate)
-			if r.P50 > 0 {
-				res.P50s[ob.Name] = append(res.P50s[ob.Name], r.P50)
-			}
-			res.Evidence[ob.Name] = evidence
-			if o.Log != nil {
-				o.Log("%-22s %-16s rep %d: %10.2f %s  (%s)", w.Name, ob.Name, rep+1, r.Rate, w.Unit, evidence)
-			}
+			before = after
 		}
 	}
 	return res, nil
@@ -274,33 +336,4 @@ func pinned(cpu int) []string {
 		return nil
 	}
 	return []string{"taskset", "-c", strconv.Itoa(cpu)}
-}
-
-// Spinner keeps the vCPUs from idling while it runs: on this VM an idle
-// vCPU's wake-up costs more than the tracer does (kernel-facts), so every
-// measurement runs beside a `nice -n 19` busy loop on each CPU.
-type Spinner struct{ cmds []*exec.Cmd }
-
-// StartSpinner starts the busy loops.
-func StartSpinner() (*Spinner, error) {
-	s := &Spinner{}
-	for cpu := range runtime.NumCPU() {
-		c := exec.Command("taskset", "-c", strconv.Itoa(cpu), "nice", "-n", "19", "sh", "-c", "while :; do :; done")
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			s.Stop()
-			return nil, err
-		}
-		s.cmds = append(s.cmds, c)
-	}
-	return s, nil
-}
-
-// Stop ends them.
-func (s *Spinner) Stop() {
-	for _, c := range s.cmds {
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	}
-	s.cmds = nil
 }

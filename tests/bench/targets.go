@@ -78,7 +78,7 @@ const (
 // them apart.
 func compareRounds(r Result, tool string) (verdict, detail string, ok bool) {
 	if judgedByMedian[r.Workload] {
-		a, b := r.P50s["lattrace"], r.P50s[tool]
+		a, b := r.added("lattrace"), r.added(tool)
 		n := min(len(a), len(b))
 		if n == 0 {
 			return "", "", false
@@ -104,9 +104,9 @@ func compareRounds(r Result, tool string) (verdict, detail string, ok bool) {
 	if !ok1 || !ok2 {
 		return "", "", false
 	}
-	// Rate of lattrace over the tool's, per round: above 1, lattrace
-	// cost less in that round.
-	s := SpreadOf(Ratios(r.Rates["lattrace"], r.Rates[tool]))
+	// Rate of lattrace over the tool's, each relative to its baseline,
+	// per round: above 1, lattrace cost less in that round.
+	s := SpreadOf(Ratios(r.relative("lattrace"), r.relative(tool)))
 	detail = fmt.Sprintf("%.1f vs %.1f %%", l.Median, t.Median)
 	switch {
 	case s.Median >= 1:
