@@ -284,3 +284,37 @@ func TestPairedBaselines(t *testing.T) {
 		t.Errorf("lattrace 10 %% dearer than its baseline, tcpdump 5 %%: %q (%s)", v, detail)
 	}
 }
+
+// TestWarmPrograms: a program is judged where it ran the most, so a
+// connection program's few cold runs in the loop give way to the churn's.
+func TestWarmPrograms(t *testing.T) {
+	h := HookCost{Tool: "lattrace", Connections: 5000,
+		Programs: []ProgCost{
+			{Name: "lattrace_probe", Runs: 20000, Ns: 120, PerRoundTrip: 2},
+			{Name: "lattrace_set_state", Runs: 6, Ns: 1100, PerRoundTrip: 0.0006},
+		},
+		Churn: []ProgCost{
+			{Name: "lattrace_set_state", Runs: 40000, Ns: 140, PerRoundTrip: 8},
+			{Name: "lattrace_probe", Runs: 10000, Ns: 300, PerRoundTrip: 2},
+			{Name: "lattrace_sockops", Runs: 10000, Ns: 90, PerRoundTrip: 2},
+		}}
+	got := map[string]WarmProg{}
+	for _, w := range h.Warm() {
+		got[w.Name] = w
+	}
+	for name, want := range map[string]WarmProg{
+		"lattrace_probe":     {ProgCost: h.Programs[0]},
+		"lattrace_set_state": {ProgCost: h.Churn[0], Churn: true},
+		"lattrace_sockops":   {ProgCost: h.Churn[2], Churn: true},
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %+v, want %+v", name, got[name], want)
+		}
+	}
+	res := &Results{Hooks: []HookCost{h}}
+	for _, tg := range Targets(res) {
+		if strings.HasPrefix(tg.Goal, "every lattrace program") && (tg.Met != "yes" || !strings.Contains(tg.Measured, "slowest lattrace_set_state 140 ns (churn of 5000 connections)")) {
+			t.Errorf("set_state at 140 ns warm, 1100 ns over 6 cold runs: %q (%s)", tg.Met, tg.Measured)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,40 @@ type HookCost struct {
 	// NsPerRoundTrip is the programs' run time summed per round trip; a
 	// round trip is two exchanges, one at each end.
 	NsPerRoundTrip float64 `json:"ns_per_round_trip"`
+	// Connections is how many connections the churn phase opened, used
+	// for one round trip and closed, and Churn what the programs cost
+	// over it (runs per round trip there are runs per connection). The
+	// loop above holds one connection: its programs of connection events
+	// run a handful of times there, cold.
+	Connections uint64     `json:"connections,omitempty"`
+	Churn       []ProgCost `json:"churn,omitempty"`
+}
+
+// WarmProg is a program's cost in the phase where it ran the most.
+type WarmProg struct {
+	ProgCost
+	// Churn tells that phase: the churn phase rather than the loop.
+	Churn bool
+}
+
+// Warm is each program's cost where it ran the most: the loop for the
+// programs of every message, the churn phase for those of connection
+// events. A handful of runs measures cold caches, not the program.
+func (h HookCost) Warm() []WarmProg {
+	var out []WarmProg
+	for _, p := range h.Programs {
+		out = append(out, WarmProg{ProgCost: p})
+	}
+	for _, c := range h.Churn {
+		i := slices.IndexFunc(out, func(w WarmProg) bool { return w.Name == c.Name })
+		switch {
+		case i < 0:
+			out = append(out, WarmProg{ProgCost: c, Churn: true})
+		case c.Runs > out[i].Runs:
+			out[i] = WarmProg{ProgCost: c, Churn: true}
+		}
+	}
+	return out
 }
 
 // NsPerExchange is the run time per exchange (each end traces its own).
@@ -100,9 +135,9 @@ func progSnapshot() (map[ebpf.ProgramID]progSnap, error) {
 }
 
 // MeasureHooks runs the loopback 100-byte loop under each BPF tool with
-// run-time statistics on, and attributes the run time of the programs the
-// tool loaded.
-func MeasureHooks(ctx context.Context, env *Env, tools []Observer, d time.Duration, logf func(string, ...any)) ([]HookCost, error) {
+// run-time statistics on, then a churn of short connections (self's load
+// generator), and attributes the run time of the programs the tool loaded.
+func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, d time.Duration, logf func(string, ...any)) ([]HookCost, error) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		return nil, fmt.Errorf("enabling BPF run-time statistics: %w", err)
@@ -138,34 +173,79 @@ func MeasureHooks(ctx context.Context, env *Env, tools []Observer, d time.Durati
 		}
 		r, runErr := run(ctx, d)
 		end, err := progSnapshot()
+		var ch LoadResult
+		var churnEnd map[ebpf.ProgramID]progSnap
+		if runErr == nil && err == nil {
+			ch, runErr = churnFor(ctx, self, d)
+			churnEnd, err = progSnapshot()
+		}
 		_, stopErr := stop()
 		if err := errors.Join(runErr, err, stopErr); err != nil {
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
-		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips}
-		for id, e := range end {
-			if _, old := before[id]; old {
-				continue
-			}
-			s := start[id]
-			runs := e.runs - s.runs
-			if runs == 0 {
-				continue
-			}
-			ns := float64(e.rt-s.rt) / float64(runs)
-			h.Programs = append(h.Programs, ProgCost{Name: e.name, Type: e.typ, Runs: runs, Ns: ns,
-				PerRoundTrip: float64(runs) / float64(r.RoundTrips)})
-			h.NsPerRoundTrip += float64(e.rt-s.rt) / float64(r.RoundTrips)
-		}
-		slices.SortFunc(h.Programs, func(a, b ProgCost) int { return int(b.Ns*b.PerRoundTrip - a.Ns*a.PerRoundTrip) })
+		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips, Connections: ch.RoundTrips}
+		h.Programs, h.NsPerRoundTrip = progCosts(before, start, end, r.RoundTrips)
 		if len(h.Programs) == 0 {
 			return nil, fmt.Errorf("%s: no program of its ran during the loop", tool.Name)
 		}
+		h.Churn, _ = progCosts(before, end, churnEnd, ch.RoundTrips)
 		for _, p := range h.Programs {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
 		}
 		logf("%-16s %.0f ns per round trip, %.0f ns per exchange", tool.Name, h.NsPerRoundTrip, h.NsPerExchange())
+		for _, p := range h.Churn {
+			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/connection (churn of %d connections)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip, ch.RoundTrips)
+		}
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// churnConns is how many workers of the churn phase connect at once: one
+// per CPU.
+const churnConns = 2
+
+// churnFor opens, uses once and closes connections for d.
+func churnFor(ctx context.Context, self string, d time.Duration) (LoadResult, error) {
+	lg, err := StartLoad(self, LoadConfig{Mode: "churn", Conns: churnConns, Duration: d, Size: 100}, "")
+	if err != nil {
+		return LoadResult{}, fmt.Errorf("churn: %w", err)
+	}
+	r, err := lg.Result(ctx)
+	if cerr := lg.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err == nil && r.RoundTrips == 0 {
+		err = errors.New("no connection made its round trip")
+	}
+	if err != nil {
+		return r, fmt.Errorf("churn: %w", err)
+	}
+	return r, nil
+}
+
+// progCosts is what the programs loaded after before cost between the
+// snapshots from and to, over n round trips: each program's runs and ns a
+// run, heaviest per round trip first, and their ns per round trip summed.
+func progCosts(before, from, to map[ebpf.ProgramID]progSnap, n uint64) ([]ProgCost, float64) {
+	var out []ProgCost
+	var total float64
+	if n == 0 {
+		return nil, 0
+	}
+	for id, e := range to {
+		if _, old := before[id]; old {
+			continue
+		}
+		s := from[id]
+		runs := e.runs - s.runs
+		if runs == 0 {
+			continue
+		}
+		ns := float64(e.rt-s.rt) / float64(runs)
+		out = append(out, ProgCost{Name: e.name, Type: e.typ, Runs: runs, Ns: ns, PerRoundTrip: float64(runs) / float64(n)})
+		total += float64(e.rt-s.rt) / float64(n)
+	}
+	slices.SortFunc(out, func(a, b ProgCost) int { return cmp.Compare(b.Ns*b.PerRoundTrip, a.Ns*a.PerRoundTrip) })
+	return out, total
 }

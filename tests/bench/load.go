@@ -27,7 +27,9 @@ type LoadConfig struct {
 	// Mode "rr": Conns connections doing request/response round trips
 	// for Duration, paced to Rate round trips/s in all (0: as fast as
 	// they go). Mode "hold": Conns connections, one round trip each, then
-	// held open idle until stdin closes.
+	// held open idle until stdin closes. Mode "churn": Conns workers
+	// each opening a connection, making one round trip and closing it,
+	// again and again for Duration, as fast as they go.
 	Mode     string        `json:"mode"`
 	Conns    int           `json:"conns"`
 	Rate     float64       `json:"rate"`
@@ -65,6 +67,9 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 		served.Wait()
 	}()
 	for range cfg.Conns {
+		if cfg.Mode == "churn" {
+			break // its workers dial their own
+		}
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			return fmt.Errorf("connection %d of %d: %w", len(conns)+1, cfg.Conns, err)
@@ -76,6 +81,9 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 	switch cfg.Mode {
 	case "rr":
 		res.RoundTrips, err = roundTrips(conns, cfg)
+	case "churn":
+		res.RoundTrips, err = churn(ln.Addr().String(), cfg)
+		res.Conns = int(res.RoundTrips)
 	case "hold":
 		buf := make([]byte, cfg.Size)
 		for _, c := range conns {
@@ -85,7 +93,7 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 			res.RoundTrips++
 		}
 	default:
-		err = fmt.Errorf("mode %q: want rr or hold", cfg.Mode)
+		err = fmt.Errorf("mode %q: want rr, hold or churn", cfg.Mode)
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -162,6 +170,39 @@ func roundTrips(conns []net.Conn, cfg LoadConfig) (uint64, error) {
 					next = next.Add(interval)
 				}
 				if err := roundTrip(c, buf); err != nil {
+					errs[i] = err
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}
+
+// churn runs Conns workers, each connecting, making one round trip and
+// closing, until Duration has passed; it returns how many connections
+// made their round trip.
+func churn(addr string, cfg LoadConfig) (uint64, error) {
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.Conns)
+	end := time.Now().Add(cfg.Duration)
+	for i := range cfg.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, cfg.Size)
+			for time.Now().Before(end) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				err = roundTrip(c, buf)
+				c.Close()
+				if err != nil {
 					errs[i] = err
 					return
 				}

@@ -103,18 +103,23 @@ func plotHooks(res *Results) (*plot.Plot, vg.Length, vg.Length, error) {
 		return nil, 0, 0, nil
 	}
 	p := plot.New()
-	p.Title.Text = "BPF run time per run of the programs that run per round trip, loopback RR 100 B"
+	p.Title.Text = "BPF run time per run: per round trip of loopback RR 100 B, or per connection of a churn"
 	p.X.Label.Text = "ns per run"
 	var labels []string
 	var vals plotter.Values
 	for _, h := range res.Hooks {
-		for _, pr := range h.Programs {
-			// Those of connection events run a few times a run, cold:
-			// the table has them.
+		for _, pr := range h.Warm() {
+			// A program that ran less than every other round trip (or
+			// connection) where it ran the most ran cold: the table has
+			// it.
 			if pr.PerRoundTrip < 0.5 {
 				continue
 			}
-			labels = append(labels, fmt.Sprintf("%s: %s x%.0f", h.Tool, pr.Name, pr.PerRoundTrip))
+			per := "round trip"
+			if pr.Churn {
+				per = "connection"
+			}
+			labels = append(labels, fmt.Sprintf("%s: %s x%.0f per %s", h.Tool, pr.Name, pr.PerRoundTrip, per))
 			vals = append(vals, pr.Ns)
 		}
 	}

@@ -133,6 +133,9 @@ func Summary(res *Results) string {
 			fmt.Fprintf(w, "%s\t%.0f\t%.2f\n", p.Name, p.Ns, p.PerRoundTrip)
 		}
 		fmt.Fprintf(w, "per exchange\t%.0f ns\t\n", h.NsPerExchange())
+		for _, p := range h.Churn {
+			fmt.Fprintf(w, "%s (churn)\t%.0f\t%.2f per connection\n", p.Name, p.Ns, p.PerRoundTrip)
+		}
 	}
 	if len(res.Rates) > 0 {
 		fmt.Fprintf(w, "\ndaemon\toffered ex/s\tcounted ex/s\tCPU %% of a core\tRSS MiB\n")

@@ -184,7 +184,7 @@ func run(args []string) int {
 		}
 	}
 	if has("hooks") {
-		h, err := bench.MeasureHooks(ctx, env, append([]bench.Observer{bench.EmptyProgram}, pick(bench.Observers(), p.hookTools)...), p.duration, logf)
+		h, err := bench.MeasureHooks(ctx, env, self, append([]bench.Observer{bench.EmptyProgram}, pick(bench.Observers(), p.hookTools)...), p.duration, logf)
 		if err != nil {
 			failed("hooks", err)
 		}
