@@ -729,6 +729,13 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
 {
 	if (st->phase == PHASE_OUT) {
+		/* sock_send_length, which ends the out message, runs after
+		 * tcp_sendmsg has released the socket: the peer's answer can
+		 * arrive (in softirq on another CPU) before it. Everything
+		 * written since w0 is the message; without this a responder's
+		 * exchange was now and then emitted with no bytes out. */
+		if (after(tp->write_seq, st->out_seq_end))
+			st->out_seq_end = tp->write_seq;
 		st->turns++;
 		if (st->cur.role == LT_RESPONDER) {
 			emit_exchange(st, tp, now);
