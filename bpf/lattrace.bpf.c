@@ -729,13 +729,6 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
 {
 	if (st->phase == PHASE_OUT) {
-		/* sock_send_length, which ends the out message, runs after
-		 * tcp_sendmsg has released the socket: the peer's answer can
-		 * arrive (in softirq on another CPU) before it. Everything
-		 * written since w0 is the message; without this a responder's
-		 * exchange was now and then emitted with no bytes out. */
-		if (after(tp->write_seq, st->out_seq_end))
-			st->out_seq_end = tp->write_seq;
 		st->turns++;
 		if (st->cur.role == LT_RESPONDER) {
 			emit_exchange(st, tp, now);
@@ -1040,6 +1033,16 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 		len = len ? len - 1 : 0;
 	st->last_in_len_zero = len == 0;
 	st->last_in_ns = now;
+
+	/* New data from the peer while our message is out ends that message
+	 * (begin_in below). sock_send_length, which records its end, runs
+	 * after tcp_sendmsg has released the socket, and the answer (softirq
+	 * on the other CPU) now and then came first: the exchange went out
+	 * with no bytes out and no x1 or a1. Everything written since w0 is
+	 * the message, so its end is taken here, before x1 and a1 are
+	 * looked for. */
+	if (st->phase == PHASE_OUT && len && after(seq + len, tp->rcv_nxt) && after(tp->write_seq, st->out_seq_end))
+		st->out_seq_end = tp->write_seq;
 
 	/* The out message: acknowledged, or (without TX timestamps) sent. */
 	if (st->cur.w0 && st->out_seq_end != st->out_seq_start) {

@@ -32,15 +32,16 @@ type Awake struct {
 	Method string
 	cmds   []*exec.Cmd
 	// restore puts the poll window back as it was.
-	restore func()
+	restore func() error
 }
 
 // haltPollNs is the haltpoll driver's poll window, and haltPollDefault the
 // kernel's default for it (drivers/cpuidle/governors/haltpoll.c).
 const (
-	haltPollNs      = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
-	haltPollDriver  = "/sys/devices/system/cpu/cpuidle/current_driver"
-	haltPollDefault = 200000
+	haltPollNs       = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
+	haltPollDriver   = "/sys/devices/system/cpu/cpuidle/current_driver"
+	haltPollGovernor = "/sys/devices/system/cpu/cpuidle/current_governor"
+	haltPollDefault  = 200000
 )
 
 // KeepAwake starts keeping the vCPUs awake.
@@ -62,6 +63,10 @@ func haltPoll() (*Awake, error) {
 	if strings.TrimSpace(string(drv)) != "haltpoll" {
 		return nil, fmt.Errorf("cpuidle driver %q: %w", strings.TrimSpace(string(drv)), fs.ErrNotExist)
 	}
+	// The window is the haltpoll governor's: under another it does nothing.
+	if gov, err := os.ReadFile(haltPollGovernor); err != nil || strings.TrimSpace(string(gov)) != "haltpoll" {
+		return nil, fmt.Errorf("cpuidle governor %q: %w", strings.TrimSpace(string(gov)), fs.ErrNotExist)
+	}
 	b, err := os.ReadFile(haltPollNs)
 	if err != nil {
 		return nil, err
@@ -78,7 +83,12 @@ func haltPoll() (*Awake, error) {
 	if err := os.WriteFile(haltPollNs, []byte(strconv.Itoa(haltPollDefault)), 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", haltPollNs, err)
 	}
-	a.restore = func() { _ = os.WriteFile(haltPollNs, []byte(strconv.Itoa(was)), 0) }
+	a.restore = func() error {
+		if err := os.WriteFile(haltPollNs, []byte(strconv.Itoa(was)), 0); err != nil {
+			return fmt.Errorf("%s left at %d: putting back %d: %w", haltPollNs, haltPollDefault, was, err)
+		}
+		return nil
+	}
 	return a, nil
 }
 
@@ -97,15 +107,28 @@ func spin() (*Awake, error) {
 	return a, nil
 }
 
-// Stop lets the vCPUs idle as before.
-func (a *Awake) Stop() {
+// Stop lets the vCPUs idle as before; the error says the poll window
+// could not be put back.
+func (a *Awake) Stop() error {
 	for _, c := range a.cmds {
 		_ = c.Process.Kill()
 		_ = c.Wait()
 	}
 	a.cmds = nil
+	var err error
 	if a.restore != nil {
-		a.restore()
+		err = a.restore()
 		a.restore = nil
 	}
+	return err
+}
+
+// AwakeKind reduces a recorded Method to the way it kept the vCPUs awake,
+// "haltpoll" or "busy loops" (runs from before it was recorded used busy
+// loops): what decides whether two runs' rates compare.
+func AwakeKind(method string) string {
+	if strings.HasPrefix(method, "haltpoll") {
+		return "haltpoll"
+	}
+	return "busy loops"
 }

@@ -48,7 +48,8 @@ type ProgCost struct {
 }
 
 // HookCost is what a BPF tool's programs cost on a loopback 100-byte
-// request/response loop, both ends on this node.
+// request/response loop, both ends on this node, and on a churn of short
+// connections.
 type HookCost struct {
 	Tool       string     `json:"tool"`
 	RoundTrips uint64     `json:"round_trips"`
@@ -63,6 +64,9 @@ type HookCost struct {
 	// run a handful of times there, cold.
 	Connections uint64     `json:"connections,omitempty"`
 	Churn       []ProgCost `json:"churn,omitempty"`
+	// ChurnError is why the churn phase measured nothing: the loop's
+	// figures stand without it.
+	ChurnError string `json:"churn_error,omitempty"`
 }
 
 // WarmProg is a program's cost in the phase where it ran the most.
@@ -175,15 +179,23 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		end, err := progSnapshot()
 		var ch LoadResult
 		var churnEnd map[ebpf.ProgramID]progSnap
+		var churnErr error
 		if runErr == nil && err == nil {
-			ch, runErr = churnFor(ctx, self, d)
-			churnEnd, err = progSnapshot()
+			if ch, churnErr = churnFor(ctx, self, d); churnErr == nil {
+				churnEnd, churnErr = progSnapshot()
+			}
 		}
 		_, stopErr := stop()
 		if err := errors.Join(runErr, err, stopErr); err != nil {
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
-		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips, Connections: ch.RoundTrips}
+		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips}
+		if churnErr != nil {
+			h.ChurnError = churnErr.Error()
+			logf("%-16s %v", tool.Name, churnErr)
+		} else {
+			h.Connections = ch.RoundTrips
+		}
 		h.Programs, h.NsPerRoundTrip = progCosts(before, start, end, r.RoundTrips)
 		if len(h.Programs) == 0 {
 			return nil, fmt.Errorf("%s: no program of its ran during the loop", tool.Name)

@@ -42,7 +42,7 @@ type Observer struct {
 }
 
 // Baseline is the observer that watches nothing: every cost is a ratio to
-// its rate in the same round.
+// its rate in the runs right beside the observer's (see Measure).
 const Baseline = "untraced"
 
 // Observers are the configurations every workload is measured under, the

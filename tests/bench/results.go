@@ -37,6 +37,17 @@ type Results struct {
 	Reruns []Rerun `json:"reruns,omitempty"`
 }
 
+// Paired tells whether the request/response rates were measured with a
+// baseline beside each run (Result.Base), as Measure does now.
+func (r *Results) Paired() bool {
+	for _, x := range r.RR {
+		if len(x.Base) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Rerun is a section of a run measured again by a later one.
 type Rerun struct {
 	Section  string    `json:"section"`

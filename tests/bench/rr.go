@@ -178,11 +178,11 @@ func Workloads() []Workload {
 type Result struct {
 	Workload string `json:"workload"`
 	Unit     string `json:"unit"`
-	// Rates[observer][rep] in Unit; repetition i of every observer ran in
-	// the same round.
+	// Rates[observer][rep] in Unit, one per round; Rates[Baseline] has
+	// every untraced run (in runs from before Base, one per round).
 	Rates map[string][]float64 `json:"rates"`
-	// P50s[observer][rep] are the median round trips in µs (request/
-	// response loops only).
+	// P50s[observer][i] are the median round trips in µs (request/
+	// response loops only), each beside BaseP50s[observer][i].
 	P50s map[string][]float64 `json:"p50s,omitempty"`
 	// Base[observer][rep] is the mean rate of the untraced runs made right
 	// before and after the observer's in round rep, and BaseP50s their
@@ -283,9 +283,6 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 			return Run{}, fmt.Errorf("%s under %s: %w", w.Name, ob.Name, err)
 		}
 		res.Rates[ob.Name] = append(res.Rates[ob.Name], r.Rate)
-		if r.P50 > 0 {
-			res.P50s[ob.Name] = append(res.P50s[ob.Name], r.P50)
-		}
 		res.Evidence[ob.Name] = evidence
 		if o.Log != nil {
 			o.Log("%-22s %-16s rep %d: %10.2f %s  (%s)", w.Name, ob.Name, rep+1, r.Rate, w.Unit, evidence)
@@ -293,9 +290,12 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 		return r, nil
 	}
 	var untraced Observer
+	var others []Observer
 	for _, ob := range observers {
 		if ob.Name == Baseline {
 			untraced = ob
+		} else {
+			others = append(others, ob)
 		}
 	}
 	if untraced.Name == "" {
@@ -306,11 +306,9 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 		if err != nil {
 			return res, err
 		}
-		for _, ob := range Rotate(observers, rep) {
-			if ob.Name == Baseline {
-				continue
-			}
-			if _, err := measure(ob, rep); err != nil {
+		for _, ob := range Rotate(others, rep) {
+			r, err := measure(ob, rep)
+			if err != nil {
 				return res, err
 			}
 			after, err := measure(untraced, rep)
@@ -318,8 +316,12 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 				return res, err
 			}
 			res.Base[ob.Name] = append(res.Base[ob.Name], (before.Rate+after.Rate)/2)
-			if before.P50 > 0 && after.P50 > 0 {
+			// Medians go in pairs or not at all, so that round i of an
+			// observer's stays beside round i of its baseline's.
+			if r.P50 > 0 && before.P50 > 0 && after.P50 > 0 {
+				res.P50s[ob.Name] = append(res.P50s[ob.Name], r.P50)
 				res.BaseP50s[ob.Name] = append(res.BaseP50s[ob.Name], (before.P50+after.P50)/2)
+				res.P50s[Baseline] = append(res.P50s[Baseline], before.P50)
 			}
 			before = after
 		}
