@@ -172,6 +172,13 @@ func run(args []string) int {
 			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
 			return 1
 		}
+		if base.Quick != *quickFlag {
+			// A quick run has fewer rounds, workloads, tools and
+			// scenarios: merged, its sections would pass for whole ones.
+			fmt.Fprintf(os.Stderr, "bench: --merge: %s is from a %s run, this one is %s: merge runs of one kind\n",
+				*merge, runKind(base.Quick), runKind(*quickFlag))
+			return 1
+		}
 		if bench.AwakeKind(base.Options.Awake) != bench.AwakeKind(awake.Method) {
 			fmt.Fprintf(os.Stderr, "bench: --merge: %s kept the vCPUs awake by %s, this run would by %s: measure everything again instead\n",
 				*merge, bench.AwakeKind(base.Options.Awake), bench.AwakeKind(awake.Method))
@@ -377,4 +384,11 @@ func profile(ctx context.Context, env *bench.Env, self, path string, logf func(s
 	}
 	logf("wrote %s", path)
 	return 0
+}
+
+func runKind(quick bool) string {
+	if quick {
+		return "quick"
+	}
+	return "full"
 }
