@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,8 @@ type LoadConfig struct {
 	Rate     float64       `json:"rate"`
 	Duration time.Duration `json:"duration"`
 	Size     int           `json:"size"`
+	// CPU, if set, pins the whole generator (both ends) to that CPU.
+	CPU *int `json:"cpu,omitempty"`
 }
 
 // LoadResult is what a load generator did.
@@ -230,7 +233,11 @@ func StartLoad(self string, cfg LoadConfig, cgroupDir string) (*Loadgen, error) 
 	if err != nil {
 		return nil, err
 	}
-	l := &Loadgen{cmd: exec.Command(self, "loadgen", string(job)), done: make(chan struct{}), err: &lockedBuffer{}}
+	argv := []string{self, "loadgen", string(job)}
+	if cfg.CPU != nil {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(*cfg.CPU)}, argv...)
+	}
+	l := &Loadgen{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{}), err: &lockedBuffer{}}
 	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cgroupDir != "" {
 		f, err := os.Open(cgroupDir)
