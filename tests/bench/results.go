@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -83,6 +84,8 @@ func (r *Results) Merge(later *Results, sections []string) {
 			}
 			r.Errors[s] = e
 		}
+		// Only the latest measurement of a section is in the results.
+		r.Reruns = slices.DeleteFunc(r.Reruns, func(x Rerun) bool { return x.Section == s })
 		r.Reruns = append(r.Reruns, Rerun{Section: s, Started: later.Started, Revision: later.Machine.Revision})
 	}
 }
