@@ -1014,7 +1014,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	struct tcp_sock *tp;
 	struct lt_sock *st;
 	__u64 now;
-	bool ooo;
+	bool ooo, fresh;
 
 	st = sock_state(sk, !filter_cgroup);
 	if (!st)
@@ -1033,6 +1033,8 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 		len = len ? len - 1 : 0;
 	st->last_in_len_zero = len == 0;
 	st->last_in_ns = now;
+	/* New data only: a retransmitted duplicate is not an arrival. */
+	fresh = len && after(seq + len, tp->rcv_nxt);
 
 	/* New data from the peer while our message is out ends that message
 	 * (begin_in below). sock_send_length, which records its end, runs
@@ -1041,7 +1043,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	 * with no bytes out and no x1 or a1. Everything written since w0 is
 	 * the message, so its end is taken here, before x1 and a1 are
 	 * looked for. */
-	if (st->phase == PHASE_OUT && len && after(seq + len, tp->rcv_nxt) && after(tp->write_seq, st->out_seq_end))
+	if (fresh && st->phase == PHASE_OUT && after(tp->write_seq, st->out_seq_end))
 		st->out_seq_end = tp->write_seq;
 
 	/* The out message: acknowledged, or (without TX timestamps) sent. */
@@ -1056,10 +1058,7 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 		}
 	}
 
-	if (!len)
-		return 0;
-	/* New data only: a retransmitted duplicate is not an arrival. */
-	if (!after(seq + len, tp->rcv_nxt))
+	if (!fresh)
 		return 0;
 	if (st->phase != PHASE_IN)
 		begin_in(st, sk, tp, seq, now);

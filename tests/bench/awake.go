@@ -56,30 +56,29 @@ func KeepAwake() (*Awake, error) {
 // haltPoll widens the haltpoll window to the kernel's default if it is
 // narrower (fs.ErrNotExist without the driver).
 func haltPoll() (*Awake, error) {
-	drv, err := os.ReadFile(haltPollDriver)
+	// The window is the haltpoll governor's, of the haltpoll driver:
+	// under another it does nothing.
+	for _, p := range []string{haltPollDriver, haltPollGovernor} {
+		v, err := sysfsWord(p)
+		if err != nil {
+			return nil, err
+		}
+		if v != "haltpoll" {
+			return nil, fmt.Errorf("%s is %q: %w", p, v, fs.ErrNotExist)
+		}
+	}
+	v, err := sysfsWord(haltPollNs)
 	if err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(string(drv)) != "haltpoll" {
-		return nil, fmt.Errorf("cpuidle driver %q: %w", strings.TrimSpace(string(drv)), fs.ErrNotExist)
-	}
-	// The window is the haltpoll governor's: under another it does nothing.
-	if gov, err := os.ReadFile(haltPollGovernor); err != nil || strings.TrimSpace(string(gov)) != "haltpoll" {
-		return nil, fmt.Errorf("cpuidle governor %q: %w", strings.TrimSpace(string(gov)), fs.ErrNotExist)
-	}
-	b, err := os.ReadFile(haltPollNs)
+	was, err := strconv.Atoi(v)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %q: %w", haltPollNs, v, err)
 	}
-	was, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %q: %w", haltPollNs, b, err)
-	}
-	a := &Awake{Method: fmt.Sprintf("haltpoll idle polling (guest_halt_poll_ns %d, the kernel's default; this machine had %d)", max(was, haltPollDefault), was)}
 	if was >= haltPollDefault {
-		a.Method = fmt.Sprintf("haltpoll idle polling (guest_halt_poll_ns %d, as this machine had it)", was)
-		return a, nil
+		return &Awake{Method: fmt.Sprintf("haltpoll idle polling (guest_halt_poll_ns %d, as this machine had it)", was)}, nil
 	}
+	a := &Awake{Method: fmt.Sprintf("haltpoll idle polling (guest_halt_poll_ns %d, the kernel's default; this machine had %d)", haltPollDefault, was)}
 	if err := os.WriteFile(haltPollNs, []byte(strconv.Itoa(haltPollDefault)), 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", haltPollNs, err)
 	}
@@ -90,6 +89,12 @@ func haltPoll() (*Awake, error) {
 		return nil
 	}
 	return a, nil
+}
+
+// sysfsWord reads a one-word sysfs file.
+func sysfsWord(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
 }
 
 // spin starts a `nice -n 19` busy loop on each CPU.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"time"
 
@@ -221,10 +220,7 @@ const churnConns = 2
 // loop ran on: both phases measure programs without a socket's state
 // moving between CPUs.
 func churnFor(ctx context.Context, self string, d time.Duration) (LoadResult, error) {
-	cpu := 1
-	if runtime.NumCPU() < 2 {
-		cpu = 0
-	}
+	cpu := 1 // the loop's (sockperfOn in MeasureHooks)
 	lg, err := StartLoad(self, LoadConfig{Mode: "churn", Conns: churnConns, Duration: d, Size: 100, CPU: &cpu}, "")
 	if err != nil {
 		return LoadResult{}, fmt.Errorf("churn: %w", err)

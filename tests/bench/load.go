@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +35,8 @@ type LoadConfig struct {
 	Rate     float64       `json:"rate"`
 	Duration time.Duration `json:"duration"`
 	Size     int           `json:"size"`
-	// CPU, if set, pins the whole generator (both ends) to that CPU.
+	// CPU, if set, pins the whole generator (both ends) to that CPU, as
+	// pinned does.
 	CPU *int `json:"cpu,omitempty"`
 }
 
@@ -235,7 +235,7 @@ func StartLoad(self string, cfg LoadConfig, cgroupDir string) (*Loadgen, error) 
 	}
 	argv := []string{self, "loadgen", string(job)}
 	if cfg.CPU != nil {
-		argv = append([]string{"taskset", "-c", strconv.Itoa(*cfg.CPU)}, argv...)
+		argv = append(pinned(*cfg.CPU), argv...)
 	}
 	l := &Loadgen{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{}), err: &lockedBuffer{}}
 	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

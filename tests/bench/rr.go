@@ -220,16 +220,22 @@ func (r Result) Added(observer string) (Spread, bool) {
 // added is the µs an observer added to the median round trip, round by
 // round.
 func (r Result) added(observer string) []float64 {
-	base, obs := r.BaseP50s[observer], r.P50s[observer]
-	if len(r.Base[observer]) == 0 {
-		base = r.P50s[Baseline]
-	}
+	base, obs := r.baseP50s(observer), r.P50s[observer]
 	n := min(len(base), len(obs))
 	d := make([]float64, n)
 	for i := range n {
 		d[i] = obs[i] - base[i]
 	}
 	return d
+}
+
+// baseP50s are the median round trips of the untraced runs an observer is
+// compared with, round by round.
+func (r Result) baseP50s(observer string) []float64 {
+	if len(r.Base[observer]) == 0 {
+		return r.P50s[Baseline] // a run from before the pairing
+	}
+	return r.BaseP50s[observer]
 }
 
 // RunOptions size a measurement.

@@ -170,11 +170,7 @@ func Targets(res *Results) []Target {
 		}
 		t.Measured, t.Met = "rate: "+fmtLoss(s), rateVerdict(s, pct)
 		if a, ok := r.Added("lattrace"); ok {
-			base := r.BaseP50s["lattrace"] // the runs beside lattrace's
-			if len(base) == 0 {
-				base = r.P50s[Baseline]
-			}
-			p := 100 * a.Median / Median(base)
+			p := 100 * a.Median / Median(r.baseP50s("lattrace"))
 			t.Measured += fmt.Sprintf("; median round trip %+.1f µs (%+.2f %%)", a.Median, p)
 			if byMedian {
 				t.Met = verdict(p <= pct)

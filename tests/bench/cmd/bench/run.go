@@ -163,12 +163,12 @@ func run(args []string) int {
 	}()
 	res.Options.Awake = awake.Method
 	logf("vCPUs kept awake by %s", awake.Method)
+	var base *bench.Results
 	if *merge != "" {
 		// Rates measured beside busy loops and with idle polling differ
 		// by more than any tool's cost: one report cannot hold both.
 		// Checked before measuring, so a refusal costs no run.
-		base, err := bench.LoadResults(*merge)
-		if err != nil {
+		if base, err = bench.LoadResults(*merge); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
 			return 1
 		}
@@ -277,12 +277,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "bench: interrupted: partial results in %s, no report written\n", path)
 		return 1
 	}
-	if *merge != "" {
-		base, err := bench.LoadResults(*merge)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: --merge:", err)
-			return 1
-		}
+	if base != nil {
 		base.Merge(res, want)
 		res, path = base, *merge
 	}
