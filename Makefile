@@ -111,7 +111,7 @@ test: setup browser mounts check-generate lint build otelcol kubeapi helm
 	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 # Cost, scale and accuracy side by side with an untraced baseline and the
-# tools a user would otherwise run (about 45 minutes); writes BENCHMARKS.md
+# tools a user would otherwise run (about 50 minutes); writes BENCHMARKS.md
 # and its plots in docs/bench/, and the raw numbers in bench-out/.
 bench: setup bench-tools mounts build otelcol
 	$(GO) build -o bin/lattrace-bench ./tests/bench/cmd/bench

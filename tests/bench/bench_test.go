@@ -116,7 +116,10 @@ func sample() *Results {
 	}
 	res.Hooks = []HookCost{{Tool: "lattrace", RoundTrips: 1000, NsPerRoundTrip: 800,
 		Programs: []ProgCost{{Name: "lattrace_probe", Type: "Tracing", Runs: 2000, Ns: 120, PerRoundTrip: 2}}}}
-	res.Rates = []RateCost{{Config: "lattrace", Offered: 50000, Measured: 49000, CPU: 2.5, RSS: 40 << 20}}
+	round := func(cpu, measured float64, rss uint64, lost float64) RateCost {
+		return RateCost{Config: "lattrace", Offered: 50000, Measured: measured, CPU: cpu, RSS: rss, Anon: rss / 4, Lost: lost}
+	}
+	res.Rates = combineRates([][]RateCost{nil, {round(2.5, 49000, 40<<20, 0), round(2.0, 49000, 41<<20, 1), round(3.1, 48000, 39<<20, 0)}})
 	res.Flows = []FlowCost{{Conns: 1000, RSS: 30 << 20}, {Conns: 100000, RSS: 35 << 20,
 		Maps: []MapMem{{Name: "socks", Type: "SkStorage", Bytes: 100 << 20}}}}
 	res.Overload = &Overload{Conns: 4, RoundTrips: 10, Made: 36, Decoded: 30, Lost: 6, Alive: true}
@@ -198,6 +201,22 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// Each setting and rate's rounds become one row: the median CPU and rate,
+// the highest RSS, every record lost; a rate never measured is no row.
+func TestCombineRates(t *testing.T) {
+	got := sample().Rates
+	if len(got) != 1 {
+		t.Fatalf("%d rows from one measured rate and one never measured: %+v", len(got), got)
+	}
+	r := got[0]
+	if r.CPU != 2.5 || r.Measured != 49000 || r.RSS != 41<<20 || r.Anon != 10<<20 || r.Lost != 1 || len(r.CPUs) != 3 {
+		t.Errorf("combined %+v", r)
+	}
+	if s := (RateCost{CPU: 4}).CPURange(); s != "" {
+		t.Errorf("one round has a range: %q", s)
+	}
+}
+
 func TestWriteReport(t *testing.T) {
 	dir := t.TempDir()
 	md := filepath.Join(dir, "BENCHMARKS.md")
@@ -210,7 +229,8 @@ func TestWriteReport(t *testing.T) {
 	}
 	for _, want := range []string{"| lattrace | 995 | 0.5 (0.5 … 0.5) | 1005.0 | +5.0 (+5.0 … +5.0) | seen |", "![rate lost per observer and workload](docs/bench/rr-cost.png)",
 		"lattrace_probe | Tracing | 120 | 2.00 | 240", "| 36 (10 round trips x 2 ends + 4 connections x 4) | 30 | 6 | true | true |",
-		"| TestX | network | 20.00 ms | injected | 20.20 ms | +200 µs | 1.0 |"} {
+		"| TestX | network | 20.00 ms | injected | 20.20 ms | +200 µs | 1.0 |",
+		"| lattrace | 50000 | 49000 | 2.50 (rounds 2.00 to 3.10) | 41.0 | 10.0 | 1 |", "measured once in each of\n3 rounds"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q; it says:\n%s", want, b)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,15 +25,26 @@ type RateCost struct {
 	Offered  float64 `json:"offered_exchanges_per_s"`
 	Measured float64 `json:"measured_exchanges_per_s"`
 	// CPU is the daemon's user+system time over the window, in % of one
-	// core.
-	CPU float64 `json:"cpu_percent"`
-	// RSS is the daemon's peak resident memory during the window, Anon
-	// its anonymous part at the end (see ProcStat).
+	// core: the median of the rounds, each of which is in CPUs (results
+	// from before the rounds have one measurement and no CPUs).
+	CPU  float64   `json:"cpu_percent"`
+	CPUs []float64 `json:"cpu_percent_rounds,omitempty"`
+	// RSS is the daemon's peak resident memory during the window (the
+	// highest of the rounds), Anon its anonymous part at the end (the
+	// median of the rounds; see ProcStat).
 	RSS  uint64 `json:"rss_bytes"`
 	Anon uint64 `json:"anon_bytes"`
-	// Lost is the records the ring buffer could not take in the window:
-	// the daemon fell behind.
+	// Lost is the records the ring buffer could not take in the windows
+	// (all rounds): the daemon fell behind.
 	Lost float64 `json:"lost"`
+}
+
+// CPURange is how far the rounds spread, for a table ("" for one round).
+func (r RateCost) CPURange() string {
+	if len(r.CPUs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("rounds %.2f to %.2f", slices.Min(r.CPUs), slices.Max(r.CPUs))
 }
 
 // FlowCost is the daemon's memory with many connections open.
@@ -73,8 +85,11 @@ func (f FlowCost) MapBytes() uint64 {
 
 // CostConfig sizes the daemon cost section.
 type CostConfig struct {
-	Self     string    // the benchmark binary, for load generators
-	Rates    []float64 // exchanges/s
+	Self  string    // the benchmark binary, for load generators
+	Rates []float64 // exchanges/s
+	// Rounds is how often each setting and rate is measured (at least
+	// once), every round in an order rotated from the last one's.
+	Rounds   int
 	Flows    []int     // connections held open
 	Window   time.Duration
 	Settings []DaemonSetting
@@ -89,21 +104,69 @@ type DaemonSetting struct {
 }
 
 // MeasureRates runs the daemon under paced request/response load at each
-// rate and reads its CPU time and memory from /proc.
+// rate and reads its CPU time and memory from /proc. A daemon's CPU at one
+// rate moves by half from one run to the next on this kind of VM (the host
+// moves the vCPUs between speed levels that hold for seconds), so every
+// setting and rate is measured in each of c.Rounds rounds, each round in
+// an order rotated from the last one's, and the rounds' median is the
+// figure.
 func MeasureRates(ctx context.Context, env *Env, c CostConfig) ([]RateCost, error) {
-	var out []RateCost
+	type run struct {
+		set  DaemonSetting
+		rate float64
+	}
+	var runs []run
 	for _, set := range c.Settings {
 		for _, rate := range c.Rates {
-			r, err := measureRate(ctx, env, c, set, rate)
-			if err != nil {
-				return out, fmt.Errorf("daemon at %.0f exchanges/s (%s): %w", rate, set.Name, err)
-			}
-			c.Log("daemon %-16s offered %7.0f exchanges/s, counted %7.0f: CPU %5.2f %% of a core, RSS %5.1f MiB (anonymous %5.1f), %.0f records lost",
-				set.Name, r.Offered, r.Measured, r.CPU, mib(r.RSS), mib(r.Anon), r.Lost)
-			out = append(out, r)
+			runs = append(runs, run{set, rate})
 		}
 	}
-	return out, nil
+	rounds := make([][]RateCost, len(runs))
+	for round := range max(1, c.Rounds) {
+		for _, i := range Rotate(indices(len(runs)), round) {
+			set, rate := runs[i].set, runs[i].rate
+			r, err := measureRate(ctx, env, c, set, rate)
+			if err != nil {
+				return combineRates(rounds), fmt.Errorf("daemon at %.0f exchanges/s (%s): %w", rate, set.Name, err)
+			}
+			c.Log("daemon %-16s round %d, offered %7.0f exchanges/s, counted %7.0f: CPU %5.2f %% of a core, RSS %5.1f MiB (anonymous %5.1f), %.0f records lost",
+				set.Name, round+1, r.Offered, r.Measured, r.CPU, mib(r.RSS), mib(r.Anon), r.Lost)
+			rounds[i] = append(rounds[i], r)
+		}
+	}
+	return combineRates(rounds), nil
+}
+
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// combineRates reduces each setting and rate's rounds to one RateCost: the
+// median CPU, rate counted and anonymous memory, the highest RSS, the sum
+// of the records lost. Settings and rates with no round are left out.
+func combineRates(rounds [][]RateCost) []RateCost {
+	var out []RateCost
+	for _, rs := range rounds {
+		if len(rs) == 0 {
+			continue
+		}
+		c := RateCost{Config: rs[0].Config, Offered: rs[0].Offered}
+		var measured, anon []float64
+		for _, r := range rs {
+			c.CPUs = append(c.CPUs, r.CPU)
+			measured = append(measured, r.Measured)
+			anon = append(anon, float64(r.Anon))
+			c.RSS = max(c.RSS, r.RSS)
+			c.Lost += r.Lost
+		}
+		c.CPU, c.Measured, c.Anon = Median(c.CPUs), Median(measured), uint64(Median(anon))
+		out = append(out, c)
+	}
+	return out
 }
 
 // daemonLoad starts the daemon cost workload: 100-byte round trips making

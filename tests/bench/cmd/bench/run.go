@@ -68,7 +68,7 @@ func run(args []string) int {
 	out := fs.String("out", "bench-out", "directory for results.json")
 	md := fs.String("md", "", "write the report here (e.g. BENCHMARKS.md), with plots beside it in docs/bench/")
 	report := fs.String("report", "", "only write the report (--md) from this results.json")
-	reps := fs.Int("reps", 0, "repetitions of each request/response measurement (default: 5, quick 3)")
+	reps := fs.Int("reps", 0, "rounds of the request/response and daemon CPU measurements (default: 5, quick 3)")
 	merge := fs.String("merge", "", "a results.json whose --sections this run measures again: they replace its own, and the report says so")
 	pgo := fs.String("pgo", "", "measure nothing: write a CPU profile of the daemon under the daemon cost workload to this file, for profile-guided optimisation (make pgo); of the other flags only --lattrace counts")
 	if err := fs.Parse(args); err != nil {
@@ -215,7 +215,7 @@ func run(args []string) int {
 		}
 		res.Hooks = h
 	}
-	cc := bench.CostConfig{Self: self, Rates: p.rates, Flows: p.flows, Window: 5 * time.Second, Log: logf,
+	cc := bench.CostConfig{Self: self, Rates: p.rates, Rounds: p.reps, Flows: p.flows, Window: 5 * time.Second, Log: logf,
 		Settings: []bench.DaemonSetting{{Name: "lattrace", OTLP: true}, {Name: "lattrace+jsonl", OTLP: true, JSONL: true}}}
 	if *quickFlag {
 		cc.Settings = cc.Settings[:1]
