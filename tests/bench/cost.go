@@ -90,7 +90,7 @@ type CostConfig struct {
 	// Rounds is how often each setting and rate is measured (at least
 	// once), every round in an order rotated from the last one's.
 	Rounds   int
-	Flows    []int     // connections held open
+	Flows    []int // connections held open
 	Window   time.Duration
 	Settings []DaemonSetting
 	Log      func(string, ...any)
