@@ -226,6 +226,8 @@ type Aggregator struct {
 // New returns an empty Aggregator bounded by cfg.
 func New(cfg Config) *Aggregator {
 	cfg = cfg.withDefaults()
+	// One mapping for both tables: AddExchange finds an exchange's bins
+	// once for its flow and its pair.
 	m := newMapping(cfg.RelativeAccuracy)
 	return &Aggregator{
 		cfg:        cfg,
@@ -283,7 +285,12 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		f.burst.turns += ex.ExchangeTurns
 		f.burst.exchanges++
 	}
-	f.m.add(&a.flowSC, ex)
+	// Partial exchanges skip the sketches.
+	var tm timing
+	if !ex.Partial {
+		tm.of(a.flowSC.m, ex)
+	}
+	f.m.add(&a.flowSC, &tm, ex)
 	f.mu.Unlock()
 
 	if p != nil {
@@ -291,7 +298,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		if done.exchanges > 0 {
 			p.m.addBurst(done)
 		}
-		p.m.add(&a.peerSC, ex)
+		p.m.add(&a.peerSC, &tm, ex)
 		p.mu.Unlock()
 	}
 	a.wmu.Unlock()

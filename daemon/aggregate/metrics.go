@@ -4,6 +4,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -144,8 +146,39 @@ func (m *metrics) addBurst(b burst) {
 	sc.burstTurnsMax = max(sc.burstTurnsMax, b.turns)
 }
 
-// add folds one exchange in.
-func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
+// timing is an exchange's values for the sketches and the store bin of
+// each, found once for its flow and its peer pair: both tables index with
+// one mapping, and finding a bin cost a third of a sketch's update.
+type timing struct {
+	v   [numSketches]time.Duration
+	bin [numSketches]int
+}
+
+func (t *timing) of(m mapping.IndexMapping, ex *record.Exchange) {
+	cp := &ex.Components
+	t.v = [numSketches]time.Duration{
+		skDuration:     ex.Duration,
+		skNetwork:      cp.Network,
+		skQueueing:     cp.Queueing,
+		skSendWait:     cp.SendWait,
+		skLossRecovery: cp.LossRecovery,
+		skHandshake:    cp.Handshake,
+		skReceive:      cp.Receive,
+		skPeer:         cp.Peer,
+		skLocalRead:    cp.LocalRead,
+		skThink:        cp.Think,
+		skPathRTT:      ex.PathRTT,
+	}
+	for k, v := range t.v {
+		t.bin[k] = noBin
+		if v > 0 {
+			t.bin[k] = m.Index(float64(v))
+		}
+	}
+}
+
+// add folds one exchange in; t is its timing (timing.of).
+func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 	turns := ex.ExchangeTurns
 	sc := &m.sc
 	sc.exchanges++
@@ -162,7 +195,7 @@ func (m *metrics) add(c *sketchCfg, ex *record.Exchange) {
 		// down. It still counts for traffic, RTT and window state below.
 		sc.partial++
 	} else {
-		m.addTiming(c, ex)
+		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
 	}
 
@@ -242,29 +275,22 @@ const minTransferTime = time.Millisecond
 
 // addTiming records what an exchange says about time: its distributions,
 // component sums and active time.
-func (m *metrics) addTiming(c *sketchCfg, ex *record.Exchange) {
+func (m *metrics) addTiming(c *sketchCfg, t *timing, ex *record.Exchange) {
 	sc := &m.sc
 	cp := &ex.Components
 	row := &m.pend[m.npend]
-	for k, v := range [numSketches]time.Duration{
-		skDuration:     ex.Duration,
-		skNetwork:      cp.Network,
-		skQueueing:     cp.Queueing,
-		skSendWait:     cp.SendWait,
-		skLossRecovery: cp.LossRecovery,
-		skHandshake:    cp.Handshake,
-		skReceive:      cp.Receive,
-		skPeer:         cp.Peer,
-		skLocalRead:    cp.LocalRead,
-		skThink:        cp.Think,
-		skPathRTT:      ex.PathRTT,
-	} {
+	for k, v := range t.v {
 		// A path RTT of zero is "no sample", not a zero RTT.
 		if k == skPathRTT && v <= 0 {
 			row[k] = noBin
 			continue
 		}
-		row[k] = m.sk[k].note(c, v)
+		s := &m.sk[k]
+		if !s.count(v) {
+			row[k] = noBin
+			continue
+		}
+		row[k] = s.pend(c, t.bin[k])
 	}
 	if m.npend++; m.npend == pendCap {
 		m.fold(c)

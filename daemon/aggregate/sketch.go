@@ -83,8 +83,8 @@ func peerSketches(m mapping.IndexMapping, maxBins int) sketchCfg {
 }
 
 func (s *sketch) add(c *sketchCfg, v time.Duration) {
-	if b := s.note(c, v); b != noBin {
-		s.bin(c, b)
+	if s.count(v) {
+		s.store(c).Add(c.m.Index(float64(v)))
 	}
 }
 
@@ -92,17 +92,15 @@ func (s *sketch) add(c *sketchCfg, v time.Duration) {
 // counted apart.
 const noBin = math.MinInt32
 
-// note counts v in the exact statistics and returns the store bin it goes
-// to, for bin to count now or later (metrics batches the store updates,
-// which cost cache misses); noBin for a zero. A bin index beyond int32
-// (only with an absurdly fine accuracy) is counted at once.
-func (s *sketch) note(c *sketchCfg, v time.Duration) int32 {
+// count counts v in the exact statistics and reports whether it also goes
+// to a bin of the store: false for a zero.
+func (s *sketch) count(v time.Duration) bool {
 	s.n++
 	if v <= 0 {
 		// Negative values would be a tracer bug; they count as "did not
 		// happen" rather than poisoning the sum.
 		s.zeros++
-		return noBin
+		return false
 	}
 	s.sum += float64(v)
 	if s.max < v {
@@ -111,15 +109,21 @@ func (s *sketch) note(c *sketchCfg, v time.Duration) int32 {
 	if s.minPos == 0 || v < s.minPos {
 		s.minPos = v
 	}
-	i := c.m.Index(float64(v))
-	if i <= math.MinInt32 || i > math.MaxInt32 {
-		s.store(c).Add(i)
-		return noBin
-	}
-	return int32(i)
+	return true
 }
 
-// bin counts a value note returned the bin of.
+// pend returns the bin b as a pending bin index for bin to count later
+// (metrics batches the store updates, which cost cache misses). An index
+// beyond int32 (only with an absurdly fine accuracy) is counted at once.
+func (s *sketch) pend(c *sketchCfg, b int) int32 {
+	if b <= math.MinInt32 || b > math.MaxInt32 {
+		s.store(c).Add(b)
+		return noBin
+	}
+	return int32(b)
+}
+
+// bin counts a value pend returned the bin of.
 func (s *sketch) bin(c *sketchCfg, b int32) { s.store(c).Add(int(b)) }
 
 // store is the sketch's store, made at its first positive value.
