@@ -1154,7 +1154,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	struct lt_conn_close *rec;
 	struct tcp_sock *tp;
 	struct lt_sock *st;
-	__u64 now;
+	__u64 now, cookie;
 
 	if (!is_tcp(sk))
 		return 0;
@@ -1188,6 +1188,8 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 		return 0;
 	now = bpf_ktime_get_ns();
 	tp = bpf_skc_to_tcp_sock(sk);
+	/* Kept by each exchange's reset (see there); the memset below clears it. */
+	cookie = st->cur.cookie;
 	if (st->phase != PHASE_NONE) {
 		emit_exchange(st, tp, now);
 		st->phase = PHASE_NONE;
@@ -1201,7 +1203,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	rec->hdr.kind = LT_RECORD_CONN_CLOSE;
 	rec->hdr.layout = LT_LAYOUT;
 	rec->hdr.ts_ns = now;
-	rec->cookie = bpf_get_socket_cookie(sk);
+	rec->cookie = cookie ? cookie : bpf_get_socket_cookie(sk);
 	/* The flow as read once the local port was chosen; a connect that
 	 * failed never got that far. */
 	if (st->flow.sport)
