@@ -104,7 +104,6 @@ struct lt_sock {
 	__u64 sendmsg_calls, bytes_sent, send_skbs;
 	__u64 wait_last_ns; /* send-wait accounting: last classification time */
 	__u64 hole_start_ns;
-	__u64 last_in_ns;   /* time of the last incoming segment seen by tcp_probe */
 	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
 	__u32 data_segs_out0, total_retrans0;
@@ -1041,7 +1040,6 @@ int BPF_PROG(lattrace_probe, struct sock *sk, struct sk_buff *skb)
 	if (cb->tcp_flags & 0x01) /* FIN takes a sequence number, not data */
 		len = len ? len - 1 : 0;
 	st->last_in_len_zero = len == 0;
-	st->last_in_ns = now;
 	/* New data only: a retransmitted duplicate is not an arrival. */
 	fresh = len && after(seq + len, tp->rcv_nxt);
 

@@ -196,7 +196,6 @@ type lattraceLtSock struct {
 	SendSkbs       uint64
 	WaitLastNs     uint64
 	HoleStartNs    uint64
-	LastInNs       uint64
 	OutSeqStart    uint32
 	OutSeqEnd      uint32
 	InSeqStart     uint32
