@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -193,7 +195,10 @@ const (
 // Aggregator holds the live tables. See the package comment for the
 // concurrency contract.
 type Aggregator struct {
-	cfg    Config
+	cfg Config
+	// index maps values to sketch bins for both tables, so AddExchange
+	// finds an exchange's bins once for its flow and its pair.
+	index  mapping.IndexMapping
 	flowSC sketchCfg
 	peerSC sketchCfg
 
@@ -226,11 +231,10 @@ type Aggregator struct {
 // New returns an empty Aggregator bounded by cfg.
 func New(cfg Config) *Aggregator {
 	cfg = cfg.withDefaults()
-	// One mapping for both tables: AddExchange finds an exchange's bins
-	// once for its flow and its pair.
 	m := newMapping(cfg.RelativeAccuracy)
 	return &Aggregator{
 		cfg:        cfg,
+		index:      m,
 		flowSC:     flowSketches(m),
 		peerSC:     peerSketches(m, cfg.SketchBins),
 		flows:      make(map[uint64]*flowEntry),
@@ -250,6 +254,11 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		return
 	}
 	t := ex.Time
+	// Partial exchanges skip the sketches.
+	var tm timing
+	if !ex.Partial {
+		tm.of(a.index, ex)
+	}
 	a.wmu.Lock()
 	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
 	// A socket adopted from softirq has no owner until its process next
@@ -284,11 +293,6 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		}
 		f.burst.turns += ex.ExchangeTurns
 		f.burst.exchanges++
-	}
-	// Partial exchanges skip the sketches.
-	var tm timing
-	if !ex.Partial {
-		tm.of(a.flowSC.m, ex)
 	}
 	f.m.add(&a.flowSC, &tm, ex)
 	f.mu.Unlock()

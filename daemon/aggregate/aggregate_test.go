@@ -556,3 +556,29 @@ func TestPeerK8sKept(t *testing.T) {
 		t.Errorf("peer names %+v", f.PeerK8s)
 	}
 }
+
+// A pair with one flow has that flow's distributions exactly: the two
+// tables share each exchange's bins, zeros and "no path RTT" alike.
+func TestPairDistributionsMatchTheFlow(t *testing.T) {
+	a := New(Config{})
+	exs := workload(500, 1, 1)
+	for i, ex := range exs {
+		if i%7 == 0 {
+			ex.PathRTT = 0 // no sample: not a zero RTT
+		}
+		a.AddExchange(ex)
+	}
+	f, ok := a.Flow(flowKey(exs[0]))
+	if !ok || len(a.Peers()) != 1 {
+		t.Fatalf("flow %v, %d pairs", ok, len(a.Peers()))
+	}
+	p := a.Peers()[0]
+	if f.Duration != p.Duration || f.Components != p.Components || f.RTT.Path != p.RTT.Path {
+		t.Errorf("flow and its only pair differ:\nflow %+v %+v %+v\npair %+v %+v %+v",
+			f.Duration, f.Components, f.RTT.Path, p.Duration, p.Components, p.RTT.Path)
+	}
+	if f.Duration.Count != 500 || f.RTT.Path.Count != 500-72 || f.Components.LossRecovery.Nonzero != 5 {
+		t.Errorf("counts: duration %d, path RTT %d (72 without a sample), loss recovery %d nonzero",
+			f.Duration.Count, f.RTT.Path.Count, f.Components.LossRecovery.Nonzero)
+	}
+}

@@ -39,12 +39,14 @@ type RateCost struct {
 	Lost float64 `json:"lost"`
 }
 
-// CPURange is how far the rounds spread, for a table ("" for one round).
+// CPURange is how many rounds there were and how far they spread, for a
+// table ("" for one round). A run stopped by an error leaves some rows
+// with a round fewer than others.
 func (r RateCost) CPURange() string {
 	if len(r.CPUs) < 2 {
 		return ""
 	}
-	return fmt.Sprintf("rounds %.2f to %.2f", slices.Min(r.CPUs), slices.Max(r.CPUs))
+	return fmt.Sprintf("%d rounds: %.2f to %.2f", len(r.CPUs), slices.Min(r.CPUs), slices.Max(r.CPUs))
 }
 
 // FlowCost is the daemon's memory with many connections open.
