@@ -104,6 +104,7 @@ struct lt_sock {
 	__u64 sendmsg_calls, bytes_sent, send_skbs;
 	__u64 wait_last_ns; /* send-wait accounting: last classification time */
 	__u64 hole_start_ns;
+	__u64 cookie;       /* the socket's, asked once (sock_cookie) */
 	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
 	__u32 data_segs_out0, total_retrans0;
@@ -657,14 +658,20 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	st->emitted_any = 1;
 }
 
+/* A socket's cookie never changes: asked at every exchange, the helper
+ * cost a tenth of the hook. */
+static __always_inline __u64 sock_cookie(struct lt_sock *st, struct sock *sk)
+{
+	if (!st->cookie)
+		st->cookie = bpf_get_socket_cookie(sk);
+	return st->cookie;
+}
+
 static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 role, __u64 now)
 {
-	__u64 cookie = st->cur.cookie;
-
 	__builtin_memset(&st->cur, 0, sizeof(st->cur));
 	st->cur.role = role;
-	/* The cookie never changes; the helper cost a tenth of the hook. */
-	st->cur.cookie = cookie ? cookie : bpf_get_socket_cookie(sk);
+	st->cur.cookie = sock_cookie(st, sk);
 	if (!st->emitted_any) {
 		st->cur.flags |= LT_EX_FIRST;
 		st->cur.established_ns = st->established_ns;
@@ -1153,7 +1160,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	struct lt_conn_close *rec;
 	struct tcp_sock *tp;
 	struct lt_sock *st;
-	__u64 now, cookie;
+	__u64 now;
 
 	if (!is_tcp(sk))
 		return 0;
@@ -1187,8 +1194,6 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 		return 0;
 	now = bpf_ktime_get_ns();
 	tp = bpf_skc_to_tcp_sock(sk);
-	/* Kept by each exchange's reset (see there); the memset below clears it. */
-	cookie = st->cur.cookie;
 	if (st->phase != PHASE_NONE) {
 		emit_exchange(st, tp, now);
 		st->phase = PHASE_NONE;
@@ -1202,7 +1207,7 @@ int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 	rec->hdr.kind = LT_RECORD_CONN_CLOSE;
 	rec->hdr.layout = LT_LAYOUT;
 	rec->hdr.ts_ns = now;
-	rec->cookie = cookie ? cookie : bpf_get_socket_cookie(sk);
+	rec->cookie = sock_cookie(st, sk);
 	/* The flow as read once the local port was chosen; a connect that
 	 * failed never got that far. */
 	if (st->flow.sport)
@@ -1234,7 +1239,7 @@ static __always_inline void write_inflight(struct seq_file *seq, struct sock *sk
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return;
-	rec.cookie = bpf_get_socket_cookie(sk);
+	rec.cookie = sock_cookie(st, sk);
 	rec.flow = st->flow;
 	rec.owner = st->owner;
 	rec.conn_role = st->role;

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/DataDog/sketches-go/ddsketch/mapping"
-
 	"github.com/lattrace/lattrace/daemon/record"
 )
 
@@ -196,9 +194,8 @@ const (
 // concurrency contract.
 type Aggregator struct {
 	cfg Config
-	// index maps values to sketch bins for both tables, so AddExchange
-	// finds an exchange's bins once for its flow and its pair.
-	index  mapping.IndexMapping
+	// Both tables index with one mapping (New), so AddExchange finds an
+	// exchange's bins once for its flow and its pair.
 	flowSC sketchCfg
 	peerSC sketchCfg
 
@@ -234,7 +231,6 @@ func New(cfg Config) *Aggregator {
 	m := newMapping(cfg.RelativeAccuracy)
 	return &Aggregator{
 		cfg:        cfg,
-		index:      m,
 		flowSC:     flowSketches(m),
 		peerSC:     peerSketches(m, cfg.SketchBins),
 		flows:      make(map[uint64]*flowEntry),
@@ -257,7 +253,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	// Partial exchanges skip the sketches.
 	var tm timing
 	if !ex.Partial {
-		tm.of(a.index, ex)
+		tm.of(a.flowSC.m, ex)
 	}
 	a.wmu.Lock()
 	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)

@@ -196,6 +196,7 @@ type lattraceLtSock struct {
 	SendSkbs       uint64
 	WaitLastNs     uint64
 	HoleStartNs    uint64
+	Cookie         uint64
 	OutSeqStart    uint32
 	OutSeqEnd      uint32
 	InSeqStart     uint32

@@ -101,7 +101,8 @@ func sysfsWord(path string) (string, error) {
 func spin() (*Awake, error) {
 	a := &Awake{Method: "a `nice -n 19` busy loop on each CPU (no haltpoll idle driver here)"}
 	for cpu := range runtime.NumCPU() {
-		c := exec.Command("taskset", "-c", strconv.Itoa(cpu), "nice", "-n", "19", "sh", "-c", "while :; do :; done")
+		argv := append(pinned(cpu), "nice", "-n", "19", "sh", "-c", "while :; do :; done")
+		c := exec.Command(argv[0], argv[1:]...)
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			a.Stop()

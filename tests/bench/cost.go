@@ -116,35 +116,28 @@ func MeasureRates(ctx context.Context, env *Env, c CostConfig) ([]RateCost, erro
 	type run struct {
 		set  DaemonSetting
 		rate float64
+		row  int // in rounds
 	}
 	var runs []run
 	for _, set := range c.Settings {
 		for _, rate := range c.Rates {
-			runs = append(runs, run{set, rate})
+			runs = append(runs, run{set, rate, len(runs)})
 		}
 	}
 	rounds := make([][]RateCost, len(runs))
 	for round := range max(1, c.Rounds) {
-		for _, i := range Rotate(indices(len(runs)), round) {
-			set, rate := runs[i].set, runs[i].rate
+		for _, run := range Rotate(runs, round) {
+			set, rate := run.set, run.rate
 			r, err := measureRate(ctx, env, c, set, rate)
 			if err != nil {
 				return combineRates(rounds), fmt.Errorf("daemon at %.0f exchanges/s (%s): %w", rate, set.Name, err)
 			}
 			c.Log("daemon %-16s round %d, offered %7.0f exchanges/s, counted %7.0f: CPU %5.2f %% of a core, RSS %5.1f MiB (anonymous %5.1f), %.0f records lost",
 				set.Name, round+1, r.Offered, r.Measured, r.CPU, mib(r.RSS), mib(r.Anon), r.Lost)
-			rounds[i] = append(rounds[i], r)
+			rounds[run.row] = append(rounds[run.row], r)
 		}
 	}
 	return combineRates(rounds), nil
-}
-
-func indices(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 // combineRates reduces each setting and rate's rounds to one RateCost: the
