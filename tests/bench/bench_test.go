@@ -395,3 +395,40 @@ func TestWarmPrograms(t *testing.T) {
 		}
 	}
 }
+
+// TestPathPrograms: the programs of every message are judged through the
+// path too, where they run cold; a connection program's few runs there
+// are not.
+func TestPathPrograms(t *testing.T) {
+	h := HookCost{Tool: "lattrace", Connections: 5000,
+		Programs: []ProgCost{{Name: "lattrace_probe", Runs: 20000, Ns: 120, PerRoundTrip: 2}},
+		Churn:    []ProgCost{{Name: "lattrace_set_state", Runs: 40000, Ns: 140, PerRoundTrip: 8}},
+		Path: []ProgCost{
+			{Name: "lattrace_set_state", Runs: 2, Ns: 1300, PerRoundTrip: 0.0005},
+			{Name: "lattrace_probe", Runs: 8000, Ns: 140, PerRoundTrip: 2},
+		},
+		PathRoundTrips: 4000, PathNsPerRoundTrip: 280}
+	goal := func(h HookCost) Target {
+		for _, tg := range Targets(&Results{Hooks: []HookCost{h}}) {
+			if strings.HasPrefix(tg.Goal, "every lattrace program") {
+				return tg
+			}
+		}
+		t.Fatal("no per-program goal")
+		return Target{}
+	}
+	if p, ok := h.SlowestOnPath(); !ok || p.Name != "lattrace_probe" {
+		t.Errorf("slowest on the path: %+v %v, want lattrace_probe (set_state ran twice)", p, ok)
+	}
+	if tg := goal(h); tg.Met != "yes" || !strings.Contains(tg.Measured, "through the 1 ms path: slowest lattrace_probe 140 ns, 140 ns per exchange") {
+		t.Errorf("probe at 140 ns through the path: %q (%s)", tg.Met, tg.Measured)
+	}
+	h.Path[1].Ns = 600
+	if tg := goal(h); tg.Met != "no" {
+		t.Errorf("probe at 120 ns in the loop, 600 ns through the path: %q (%s)", tg.Met, tg.Measured)
+	}
+	h.Path = nil
+	if tg := goal(h); tg.Met != "yes" || strings.Contains(tg.Measured, "path") {
+		t.Errorf("results without the path phase: %q (%s)", tg.Met, tg.Measured)
+	}
+}

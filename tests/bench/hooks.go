@@ -67,6 +67,17 @@ type HookCost struct {
 	// ChurnError is why the churn phase measured nothing: the loop's
 	// figures stand without it.
 	ChurnError string `json:"churn_error,omitempty"`
+	// Path is what the programs cost on the same loop through the lab's
+	// 1 ms path (PathRoundTrips round trips, server and client on
+	// different CPUs), and PathNsPerRoundTrip their sum per round trip.
+	// A millisecond of other work passes between two runs on a socket, so
+	// they find its state, the maps and the ring buffer cold, as on a real
+	// network; the loop above, with both ends on one CPU, finds them in
+	// the cache. PathError is why this phase measured nothing.
+	PathRoundTrips     uint64     `json:"path_round_trips,omitempty"`
+	Path               []ProgCost `json:"path,omitempty"`
+	PathNsPerRoundTrip float64    `json:"path_ns_per_round_trip,omitempty"`
+	PathError          string     `json:"path_error,omitempty"`
 }
 
 // WarmProg is a program's cost in the phase where it ran the most.
@@ -98,6 +109,22 @@ func (h HookCost) Warm() []WarmProg {
 
 // NsPerExchange is the run time per exchange (each end traces its own).
 func (h HookCost) NsPerExchange() float64 { return h.NsPerRoundTrip / 2 }
+
+// PathNsPerExchange is NsPerExchange through the 1 ms path.
+func (h HookCost) PathNsPerExchange() float64 { return h.PathNsPerRoundTrip / 2 }
+
+// SlowestOnPath is the slowest of the programs that ran at least once per
+// round trip through the path: the programs of connection events run a
+// handful of times there, which measures cache misses alone.
+func (h HookCost) SlowestOnPath() (ProgCost, bool) {
+	var worst ProgCost
+	for _, p := range h.Path {
+		if p.PerRoundTrip >= 1 && p.Ns > worst.Ns {
+			worst = p
+		}
+	}
+	return worst, worst.Runs > 0
+}
 
 type progSnap struct {
 	name, typ string
@@ -140,7 +167,8 @@ func progSnapshot() (map[ebpf.ProgramID]progSnap, error) {
 
 // MeasureHooks runs the loopback 100-byte loop under each BPF tool with
 // run-time statistics on, then a churn of short connections (self's load
-// generator), and attributes the run time of the programs the tool loaded.
+// generator), then the loop through the 1 ms path, and attributes the run
+// time of the programs the tool loaded.
 func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, d time.Duration, logf func(string, ...any)) ([]HookCost, error) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -157,6 +185,11 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		return nil, err
 	}
 	defer closeFn()
+	pathRun, pathClose, _, err := sockperfOn("1 ms path RR 100 B", 100, oneMsPath(), 0, 1).open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pathClose()
 	var out []HookCost
 	for _, tool := range tools {
 		if err := os.MkdirAll(env.Dir, 0o700); err != nil {
@@ -180,9 +213,17 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		var ch LoadResult
 		var churnEnd map[ebpf.ProgramID]progSnap
 		var churnErr error
+		var pr Run
+		var pathStart, pathEnd map[ebpf.ProgramID]progSnap
+		pathErr := errors.New("the loop failed")
 		if runErr == nil && err == nil {
 			if ch, churnErr = churnFor(ctx, self, d); churnErr == nil {
 				churnEnd, churnErr = progSnapshot()
+			}
+			if pathStart, pathErr = progSnapshot(); pathErr == nil {
+				if pr, pathErr = pathRun(ctx, d); pathErr == nil {
+					pathEnd, pathErr = progSnapshot()
+				}
 			}
 		}
 		_, stopErr := stop()
@@ -201,12 +242,25 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 			return nil, fmt.Errorf("%s: no program of its ran during the loop", tool.Name)
 		}
 		h.Churn, _ = progCosts(before, end, churnEnd, ch.RoundTrips)
+		if pathErr != nil {
+			h.PathError = pathErr.Error()
+			logf("%-16s through the 1 ms path: %v", tool.Name, pathErr)
+		} else {
+			h.PathRoundTrips = pr.RoundTrips
+			h.Path, h.PathNsPerRoundTrip = progCosts(before, pathStart, pathEnd, pr.RoundTrips)
+		}
 		for _, p := range h.Programs {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
 		}
 		logf("%-16s %.0f ns per round trip, %.0f ns per exchange", tool.Name, h.NsPerRoundTrip, h.NsPerExchange())
 		for _, p := range h.Churn {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/connection (churn of %d connections)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip, ch.RoundTrips)
+		}
+		for _, p := range h.Path {
+			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip (1 ms path)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
+		}
+		if h.Path != nil {
+			logf("%-16s %.0f ns per round trip, %.0f ns per exchange through the 1 ms path", tool.Name, h.PathNsPerRoundTrip, h.PathNsPerExchange())
 		}
 		out = append(out, h)
 	}

@@ -136,6 +136,12 @@ func Summary(res *Results) string {
 		for _, p := range h.Churn {
 			fmt.Fprintf(w, "%s (churn)\t%.0f\t%.2f per connection\n", p.Name, p.Ns, p.PerRoundTrip)
 		}
+		for _, p := range h.Path {
+			fmt.Fprintf(w, "%s (1 ms path)\t%.0f\t%.2f\n", p.Name, p.Ns, p.PerRoundTrip)
+		}
+		if h.Path != nil {
+			fmt.Fprintf(w, "per exchange (1 ms path)\t%.0f ns\t\n", h.PathNsPerExchange())
+		}
 	}
 	if len(res.Rates) > 0 {
 		fmt.Fprintf(w, "\ndaemon\toffered ex/s\tcounted ex/s\tCPU %% of a core\tRSS MiB\n")

@@ -163,8 +163,7 @@ func parseIperf(out []byte) (Run, error) {
 // Workloads are the request/response loops and the stream of the cost
 // section.
 func Workloads() []Workload {
-	path := netlab.Link{Delay: 500 * time.Microsecond}
-	oneMs := &netlab.Config{AtoB: path, BtoA: path}
+	oneMs := oneMsPath()
 	return []Workload{
 		sockperfRR("loopback RR 100 B", 100, nil),
 		sockperfRR("loopback RR 1 KB", 1024, nil),
@@ -172,6 +171,12 @@ func Workloads() []Workload {
 		sockperfRR("1 ms path RR 1 KB", 1024, oneMs),
 		iperfStream(),
 	}
+}
+
+// oneMsPath is the lab path of the "1 ms path" workloads: 500 µs each way.
+func oneMsPath() *netlab.Config {
+	l := netlab.Link{Delay: 500 * time.Microsecond}
+	return &netlab.Config{AtoB: l, BtoA: l}
 }
 
 // Result is one workload measured under every observer.

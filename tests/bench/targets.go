@@ -245,11 +245,22 @@ func Targets(res *Results) []Target {
 			where = fmt.Sprintf(" (churn of %d connections)", h.Connections)
 		}
 		t.Measured = fmt.Sprintf("slowest %s %.0f ns%s; %.0f ns of BPF per exchange", worst.Name, worst.Ns, where, h.NsPerExchange())
-		t.Met = verdict(worst.Ns <= 150)
+		met := worst.Ns <= 150
+		// Through a real path the same programs find everything cold: a
+		// program over the goal there misses it too.
+		if p, ok := h.SlowestOnPath(); ok {
+			t.Measured += fmt.Sprintf("; through the 1 ms path: slowest %s %.0f ns, %.0f ns per exchange", p.Name, p.Ns, h.PathNsPerExchange())
+			met = met && p.Ns <= 150
+		}
+		t.Met = verdict(met)
 	}
 	for _, h := range res.Hooks {
 		if h.Tool == EmptyProgram.Name && len(h.Programs) > 0 && t.Measured != "" {
-			t.Measured += fmt.Sprintf(" (an empty program measures %.0f ns)", h.Programs[0].Ns)
+			t.Measured += fmt.Sprintf(" (an empty program measures %.0f ns", h.Programs[0].Ns)
+			if len(h.Path) > 0 {
+				t.Measured += fmt.Sprintf(", %.0f through the path", h.Path[0].Ns)
+			}
+			t.Measured += ")"
 		}
 	}
 	out = append(out, t)
