@@ -432,3 +432,17 @@ func TestPathPrograms(t *testing.T) {
 		t.Errorf("results without the path phase: %q (%s)", tg.Met, tg.Measured)
 	}
 }
+
+// TestDaemonWindow: the report states the CPU figures' resolution from the
+// run's own window; runs from before it was recorded used 5 s.
+func TestDaemonWindow(t *testing.T) {
+	var old Results
+	if w, s := old.DaemonWindow(), old.TickShare(); w != 5*time.Second || math.Abs(s-0.2) > 1e-9 {
+		t.Errorf("results without a window: %v, %.3f %%", w, s)
+	}
+	quick := Results{}
+	quick.Options.CPUWindow = 2 * time.Second
+	if s := quick.TickShare(); math.Abs(s-0.5) > 1e-9 {
+		t.Errorf("a 2 s window: a tick is %.3f %% of a core, want 0.5", s)
+	}
+}

@@ -63,6 +63,7 @@ func WriteReport(res *Results, md, plotDir string) error {
 		"num":         fmtNum,
 		"duration":    func(a, b time.Time) string { return b.Sub(a).Round(time.Second).String() },
 		"mulf":        func(a, b float64) float64 { return a * b },
+		"seconds":     func(d time.Duration) string { return fmt.Sprintf("%g-second", d.Seconds()) },
 		"binaryPages": binaryPages,
 		"lastFlows": func(f []FlowCost) *FlowCost {
 			if len(f) == 0 {

@@ -22,6 +22,9 @@ type Results struct {
 		// empty in runs from before it was recorded, which all used busy
 		// loops.
 		Awake string `json:"awake,omitempty"`
+		// CPUWindow is the daemon cost section's measuring window; zero
+		// in runs from before it was recorded, which used 5 s.
+		CPUWindow time.Duration `json:"cpu_window,omitempty"`
 	} `json:"options"`
 	Observers []ObserverInfo `json:"observers"`
 	RR        []Result       `json:"rr"`
@@ -125,4 +128,18 @@ func LoadResults(path string) (*Results, error) {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// DaemonWindow is the window the daemon's CPU was measured over.
+func (r *Results) DaemonWindow() time.Duration {
+	if r.Options.CPUWindow > 0 {
+		return r.Options.CPUWindow
+	}
+	return 5 * time.Second
+}
+
+// TickShare is how much of a core one tick of /proc's CPU time (10 ms)
+// is over the daemon's window, in %: the resolution of its CPU figures.
+func (r *Results) TickShare() float64 {
+	return 100 * float64(10*time.Millisecond) / float64(r.DaemonWindow())
 }

@@ -30,6 +30,7 @@ type plan struct {
 	observers   []string // names; empty = all
 	hookTools   []string
 	rates       []float64
+	cpuWindow   time.Duration // the daemon's CPU is measured over one per round
 	flows       []int
 	overloadFor time.Duration
 	accuracy    string // go test -run pattern over tests/scenarios
@@ -44,6 +45,7 @@ var full = plan{
 	reps: 5, duration: 4 * time.Second, settle: time.Second,
 	hookTools:   []string{"lattrace", "bpftrace srtt", "tcplife", "tcpstates"},
 	rates:       []float64{1000, 10000, 50000},
+	cpuWindow:   5 * time.Second,
 	flows:       []int{1000, 10000, 100000},
 	overloadFor: 5 * time.Second,
 	accuracy:    accuracyScenarios,
@@ -55,6 +57,7 @@ var quick = plan{
 	observers:   []string{"untraced", "lattrace", "tcpdump -s 96", "bpftrace srtt"},
 	hookTools:   []string{"lattrace"},
 	rates:       []float64{1000, 10000},
+	cpuWindow:   3 * time.Second,
 	flows:       []int{1000, 10000},
 	overloadFor: 3 * time.Second,
 	accuracy:    `^TestPathDelayAndThinkTime$`,
@@ -146,7 +149,7 @@ func run(args []string) int {
 	if *quickFlag {
 		res.Command = "make bench-quick"
 	}
-	res.Options.Reps, res.Options.Duration = p.reps, p.duration
+	res.Options.Reps, res.Options.Duration, res.Options.CPUWindow = p.reps, p.duration, p.cpuWindow
 	observers := pick(bench.Observers(), p.observers)
 	for _, o := range observers {
 		res.Observers = append(res.Observers, bench.ObserverInfo{Name: o.Name, What: o.What})
@@ -215,7 +218,7 @@ func run(args []string) int {
 		}
 		res.Hooks = h
 	}
-	cc := bench.CostConfig{Self: self, Rates: p.rates, Rounds: p.reps, Flows: p.flows, Window: 5 * time.Second, Log: logf,
+	cc := bench.CostConfig{Self: self, Rates: p.rates, Rounds: p.reps, Flows: p.flows, Window: p.cpuWindow, Log: logf,
 		Settings: []bench.DaemonSetting{{Name: "lattrace", OTLP: true}, {Name: "lattrace+jsonl", OTLP: true, JSONL: true}}}
 	if *quickFlag {
 		cc.Settings = cc.Settings[:1]
