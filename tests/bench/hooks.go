@@ -203,58 +203,41 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
-		start, err := progSnapshot()
-		if err != nil {
-			_, _ = stop()
-			return nil, err
-		}
-		r, runErr := run(ctx, d)
-		end, err := progSnapshot()
-		var ch LoadResult
-		var churnEnd map[ebpf.ProgramID]progSnap
-		var churnErr error
-		var pr Run
-		var pathStart, pathEnd map[ebpf.ProgramID]progSnap
-		pathErr := errors.New("the loop failed")
-		if runErr == nil && err == nil {
-			if ch, churnErr = churnFor(ctx, self, d); churnErr == nil {
-				churnEnd, churnErr = progSnapshot()
-			}
-			if pathStart, pathErr = progSnapshot(); pathErr == nil {
-				if pr, pathErr = pathRun(ctx, d); pathErr == nil {
-					pathEnd, pathErr = progSnapshot()
-				}
-			}
+		loop := measurePhase(func() (uint64, error) { r, err := run(ctx, d); return r.RoundTrips, err })
+		var churn, path phase
+		if loop.err == nil {
+			churn = measurePhase(func() (uint64, error) { r, err := churnFor(ctx, self, d); return r.RoundTrips, err })
+			path = measurePhase(func() (uint64, error) { r, err := pathRun(ctx, d); return r.RoundTrips, err })
 		}
 		_, stopErr := stop()
-		if err := errors.Join(runErr, err, stopErr); err != nil {
+		if err := errors.Join(loop.err, stopErr); err != nil {
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
-		h := HookCost{Tool: tool.Name, RoundTrips: r.RoundTrips}
-		if churnErr != nil {
-			h.ChurnError = churnErr.Error()
-			logf("%-16s %v", tool.Name, churnErr)
-		} else {
-			h.Connections = ch.RoundTrips
-		}
-		h.Programs, h.NsPerRoundTrip = progCosts(before, start, end, r.RoundTrips)
+		h := HookCost{Tool: tool.Name, RoundTrips: loop.n}
+		h.Programs, h.NsPerRoundTrip = loop.costs(before)
 		if len(h.Programs) == 0 {
 			return nil, fmt.Errorf("%s: no program of its ran during the loop", tool.Name)
 		}
-		h.Churn, _ = progCosts(before, end, churnEnd, ch.RoundTrips)
-		if pathErr != nil {
-			h.PathError = pathErr.Error()
-			logf("%-16s through the 1 ms path: %v", tool.Name, pathErr)
+		if churn.err != nil {
+			h.ChurnError = churn.err.Error()
+			logf("%-16s %v", tool.Name, churn.err)
 		} else {
-			h.PathRoundTrips = pr.RoundTrips
-			h.Path, h.PathNsPerRoundTrip = progCosts(before, pathStart, pathEnd, pr.RoundTrips)
+			h.Connections = churn.n
+			h.Churn, _ = churn.costs(before)
+		}
+		if path.err != nil {
+			h.PathError = path.err.Error()
+			logf("%-16s through the 1 ms path: %v", tool.Name, path.err)
+		} else {
+			h.PathRoundTrips = path.n
+			h.Path, h.PathNsPerRoundTrip = path.costs(before)
 		}
 		for _, p := range h.Programs {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
 		}
 		logf("%-16s %.0f ns per round trip, %.0f ns per exchange", tool.Name, h.NsPerRoundTrip, h.NsPerExchange())
 		for _, p := range h.Churn {
-			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/connection (churn of %d connections)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip, ch.RoundTrips)
+			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/connection (churn of %d connections)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip, churn.n)
 		}
 		for _, p := range h.Path {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip (1 ms path)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
@@ -265,6 +248,31 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// phase is one workload run under a tool: the programs' statistics
+// before and after it, and the round trips (or connections) it made.
+type phase struct {
+	from, to map[ebpf.ProgramID]progSnap
+	n        uint64
+	err      error
+}
+
+func measurePhase(run func() (uint64, error)) phase {
+	var p phase
+	if p.from, p.err = progSnapshot(); p.err != nil {
+		return p
+	}
+	if p.n, p.err = run(); p.err != nil {
+		return p
+	}
+	p.to, p.err = progSnapshot()
+	return p
+}
+
+// costs is what the programs loaded after before cost in the phase.
+func (p phase) costs(before map[ebpf.ProgramID]progSnap) ([]ProgCost, float64) {
+	return progCosts(before, p.from, p.to, p.n)
 }
 
 // churnConns is how many workers of the churn phase connect at once.
