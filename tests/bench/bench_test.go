@@ -397,19 +397,29 @@ func TestWarmPrograms(t *testing.T) {
 }
 
 // TestPathPrograms: the programs of every message are judged through the
-// path too, where they run cold; a connection program's few runs there
-// are not.
+// path too, where they run cold, net of the cold dispatch the empty
+// program shows; a connection program's few runs there are not judged,
+// and a program that also runs for the relay's packet sockets is judged
+// on its time per round trip over its runs in the loop.
 func TestPathPrograms(t *testing.T) {
+	empty := HookCost{Tool: EmptyProgram.Name,
+		Programs: []ProgCost{{Name: "empty_probe", Runs: 20000, Ns: 60, PerRoundTrip: 2}},
+		Path:     []ProgCost{{Name: "empty_probe", Runs: 8000, Ns: 110, PerRoundTrip: 2}}}
 	h := HookCost{Tool: "lattrace", Connections: 5000,
-		Programs: []ProgCost{{Name: "lattrace_probe", Runs: 20000, Ns: 120, PerRoundTrip: 2}},
-		Churn:    []ProgCost{{Name: "lattrace_set_state", Runs: 40000, Ns: 140, PerRoundTrip: 8}},
+		Programs: []ProgCost{
+			{Name: "lattrace_probe", Runs: 20000, Ns: 120, PerRoundTrip: 2},
+			{Name: "lattrace_send_length", Runs: 20000, Ns: 100, PerRoundTrip: 2},
+		},
+		Churn: []ProgCost{{Name: "lattrace_set_state", Runs: 40000, Ns: 140, PerRoundTrip: 8}},
 		Path: []ProgCost{
 			{Name: "lattrace_set_state", Runs: 2, Ns: 1300, PerRoundTrip: 0.0005},
-			{Name: "lattrace_probe", Runs: 8000, Ns: 140, PerRoundTrip: 2},
+			{Name: "lattrace_probe", Runs: 8000, Ns: 190, PerRoundTrip: 2},
+			// Twice the loop's runs: 100 ns on average, at most 200 a TCP run.
+			{Name: "lattrace_send_length", Runs: 16000, Ns: 100, PerRoundTrip: 4},
 		},
-		PathRoundTrips: 4000, PathNsPerRoundTrip: 280}
-	goal := func(h HookCost) Target {
-		for _, tg := range Targets(&Results{Hooks: []HookCost{h}}) {
+		PathRoundTrips: 4000, PathNsPerRoundTrip: 780}
+	goal := func(hs ...HookCost) Target {
+		for _, tg := range Targets(&Results{Hooks: hs}) {
 			if strings.HasPrefix(tg.Goal, "every lattrace program") {
 				return tg
 			}
@@ -417,19 +427,26 @@ func TestPathPrograms(t *testing.T) {
 		t.Fatal("no per-program goal")
 		return Target{}
 	}
-	if p, ok := h.SlowestOnPath(); !ok || p.Name != "lattrace_probe" {
-		t.Errorf("slowest on the path: %+v %v, want lattrace_probe (set_state ran twice)", p, ok)
+	if p, ok := h.SlowestOnPath(); !ok || p.Name != "lattrace_send_length" || p.AtMost != 200 {
+		t.Errorf("slowest on the path: %+v %v, want lattrace_send_length at most 200 ns (set_state ran twice)", p, ok)
 	}
-	if tg := goal(h); tg.Met != "yes" || !strings.Contains(tg.Measured, "through the 1 ms path: slowest lattrace_probe 140 ns, 140 ns per exchange") {
-		t.Errorf("probe at 140 ns through the path: %q (%s)", tg.Met, tg.Measured)
+	if tg := goal(empty, h); tg.Met != "yes" || !strings.Contains(tg.Measured, "through the 1 ms path: slowest lattrace_send_length 200 ns (150 without the 50 ns a cold run of any program adds), 390 ns per exchange") {
+		t.Errorf("send_length at most 200 ns through the path, 150 of it its own: %q (%s)", tg.Met, tg.Measured)
+	}
+	if tg := goal(h); tg.Met != "no" {
+		t.Errorf("without the empty program's figures the path is judged whole: %q (%s)", tg.Met, tg.Measured)
 	}
 	h.Path[1].Ns = 600
-	if tg := goal(h); tg.Met != "no" {
+	if tg := goal(empty, h); tg.Met != "no" {
 		t.Errorf("probe at 120 ns in the loop, 600 ns through the path: %q (%s)", tg.Met, tg.Measured)
 	}
-	h.Path = nil
+	h.Path, h.PathError = nil, "the 1 ms path: netlab: no veth"
+	if tg := goal(empty, h); tg.Met != "not measured through the path (met in the loop)" || !strings.Contains(tg.Measured, "the 1 ms path phase failed") {
+		t.Errorf("a failed path phase: %q (%s)", tg.Met, tg.Measured)
+	}
+	h.PathError = ""
 	if tg := goal(h); tg.Met != "yes" || strings.Contains(tg.Measured, "path") {
-		t.Errorf("results without the path phase: %q (%s)", tg.Met, tg.Measured)
+		t.Errorf("results from before the path phase: %q (%s)", tg.Met, tg.Measured)
 	}
 }
 
@@ -441,8 +458,14 @@ func TestDaemonWindow(t *testing.T) {
 		t.Errorf("results without a window: %v, %.3f %%", w, s)
 	}
 	quick := Results{}
-	quick.Options.CPUWindow = 2 * time.Second
-	if s := quick.TickShare(); math.Abs(s-0.5) > 1e-9 {
-		t.Errorf("a 2 s window: a tick is %.3f %% of a core, want 0.5", s)
+	quick.Options.CPUWindow = 3 * time.Second
+	if s := quick.TickShare(); math.Abs(s-1.0/3) > 1e-9 {
+		t.Errorf("the quick run's 3 s window: a tick is %.3f %% of a core, want 0.333", s)
+	}
+	// A quick rates run merged into results from before the window was
+	// recorded brings its window along.
+	old.Merge(&quick, []string{"rates"})
+	if w := old.DaemonWindow(); w != 3*time.Second {
+		t.Errorf("merged rates: window %v, want 3s", w)
 	}
 }

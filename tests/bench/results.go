@@ -71,6 +71,7 @@ func (r *Results) Merge(later *Results, sections []string) {
 			r.Hooks = later.Hooks
 		case "rates":
 			r.Rates = later.Rates
+			r.Options.CPUWindow = later.Options.CPUWindow
 		case "flows":
 			r.Flows = later.Flows
 		case "overload":
@@ -142,4 +143,15 @@ func (r *Results) DaemonWindow() time.Duration {
 // is over the daemon's window, in %: the resolution of its CPU figures.
 func (r *Results) TickShare() float64 {
 	return 100 * float64(10*time.Millisecond) / float64(r.DaemonWindow())
+}
+
+// HasPath tells whether any tool's programs were measured through the
+// 1 ms path (runs from before that phase have none).
+func (r *Results) HasPath() bool {
+	for _, h := range r.Hooks {
+		if len(h.Path) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -227,43 +227,7 @@ func Targets(res *Results) []Target {
 	}
 	out = append(out, t)
 
-	t = Target{Goal: "every lattrace program runs in at most 150 ns on average", Met: notMeasured}
-	for _, h := range res.Hooks {
-		if h.Tool != "lattrace" {
-			continue
-		}
-		// Each program where it ran the most: a handful of cold runs
-		// measures cache misses, not the program.
-		worst := WarmProg{}
-		for _, p := range h.Warm() {
-			if p.Ns > worst.Ns {
-				worst = p
-			}
-		}
-		where := ""
-		if worst.Churn {
-			where = fmt.Sprintf(" (churn of %d connections)", h.Connections)
-		}
-		t.Measured = fmt.Sprintf("slowest %s %.0f ns%s; %.0f ns of BPF per exchange", worst.Name, worst.Ns, where, h.NsPerExchange())
-		met := worst.Ns <= 150
-		// Through a real path the same programs find everything cold: a
-		// program over the goal there misses it too.
-		if p, ok := h.SlowestOnPath(); ok {
-			t.Measured += fmt.Sprintf("; through the 1 ms path: slowest %s %.0f ns, %.0f ns per exchange", p.Name, p.Ns, h.PathNsPerExchange())
-			met = met && p.Ns <= 150
-		}
-		t.Met = verdict(met)
-	}
-	for _, h := range res.Hooks {
-		if h.Tool == EmptyProgram.Name && len(h.Programs) > 0 && t.Measured != "" {
-			t.Measured += fmt.Sprintf(" (an empty program measures %.0f ns", h.Programs[0].Ns)
-			if len(h.Path) > 0 {
-				t.Measured += fmt.Sprintf(", %.0f through the path", h.Path[0].Ns)
-			}
-			t.Measured += ")"
-		}
-	}
-	out = append(out, t)
+	out = append(out, perProgramGoal(res))
 
 	t = Target{Goal: "the daemon uses at most 3 % of one core at 50k exchanges/s", Met: notMeasured}
 	for _, r := range res.Rates {
@@ -298,3 +262,62 @@ func Targets(res *Results) []Target {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// perProgramGoal judges each lattrace program where it ran the most (a
+// handful of cold runs measures cache misses, not the program) and the
+// programs of every message through the 1 ms path too, where every run
+// is cold as on a real network. There the dispatch any program pays cold
+// (the empty program's rise over the loop) is taken off before the goal:
+// it is the machine's, not the program's.
+func perProgramGoal(res *Results) Target {
+	t := Target{Goal: "every lattrace program runs in at most 150 ns on average", Met: notMeasured}
+	var coldDispatch float64
+	emptyNote := ""
+	for _, h := range res.Hooks {
+		if h.Tool != EmptyProgram.Name || len(h.Programs) == 0 {
+			continue
+		}
+		emptyNote = fmt.Sprintf(" (an empty program measures %.0f ns", h.Programs[0].Ns)
+		if len(h.Path) > 0 {
+			coldDispatch = max(0, h.Path[0].Ns-h.Programs[0].Ns)
+			emptyNote += fmt.Sprintf(", %.0f through the path", h.Path[0].Ns)
+		}
+		emptyNote += ")"
+	}
+	for _, h := range res.Hooks {
+		if h.Tool != "lattrace" {
+			continue
+		}
+		worst := WarmProg{}
+		for _, p := range h.Warm() {
+			if p.Ns > worst.Ns {
+				worst = p
+			}
+		}
+		where := ""
+		if worst.Churn {
+			where = fmt.Sprintf(" (churn of %d connections)", h.Connections)
+		}
+		t.Measured = fmt.Sprintf("slowest %s %.0f ns%s; %.0f ns of BPF per exchange", worst.Name, worst.Ns, where, h.NsPerExchange())
+		met := worst.Ns <= 150
+		if p, ok := h.SlowestOnPath(); ok {
+			t.Measured += fmt.Sprintf("; through the 1 ms path: slowest %s %.0f ns", p.Name, p.AtMost)
+			if coldDispatch > 0 {
+				t.Measured += fmt.Sprintf(" (%.0f without the %.0f ns a cold run of any program adds)", p.AtMost-coldDispatch, coldDispatch)
+			}
+			t.Measured += fmt.Sprintf(", %.0f ns per exchange", h.PathNsPerExchange())
+			met = met && p.AtMost-coldDispatch <= 150
+		} else if h.PathError != "" {
+			t.Measured += "; the 1 ms path phase failed"
+			if met {
+				t.Met = "not measured through the path (met in the loop)"
+				continue
+			}
+		}
+		t.Met = verdict(met)
+	}
+	if t.Measured != "" {
+		t.Measured += emptyNote
+	}
+	return t
+}
