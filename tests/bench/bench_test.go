@@ -427,6 +427,10 @@ func TestPathPrograms(t *testing.T) {
 		t.Fatal("no per-program goal")
 		return Target{}
 	}
+	h.NsPerRoundTrip = 390
+	if r := (&Results{Hooks: []HookCost{empty, h}}).PathRatio(); r != 2 {
+		t.Errorf("780 ns per round trip through the path, 390 in the loop: ratio %v, want 2", r)
+	}
 	if p, ok := h.SlowestOnPath(); !ok || p.Name != "lattrace_send_length" || p.AtMost != 200 {
 		t.Errorf("slowest on the path: %+v %v, want lattrace_send_length at most 200 ns (set_state ran twice)", p, ok)
 	}

@@ -155,3 +155,14 @@ func (r *Results) HasPath() bool {
 	}
 	return false
 }
+
+// PathRatio is lattrace's BPF time per exchange through the path over the
+// loop's (0 without both).
+func (r *Results) PathRatio() float64 {
+	for _, h := range r.Hooks {
+		if h.Tool == "lattrace" && h.NsPerRoundTrip > 0 {
+			return h.PathNsPerRoundTrip / h.NsPerRoundTrip
+		}
+	}
+	return 0
+}
