@@ -244,7 +244,9 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		var churn, path phase
 		if loop.err == nil {
 			churn = measurePhase(func() (uint64, error) { r, err := churnFor(ctx, self, d); return r.RoundTrips, err })
-			if path.err = pathOpenErr; path.err == nil {
+			if pathOpenErr != nil {
+				path.err = pathOpenErr
+			} else {
 				path = measurePhase(func() (uint64, error) { r, err := pathRun(ctx, d); return r.RoundTrips, err })
 			}
 		}

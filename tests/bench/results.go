@@ -156,13 +156,21 @@ func (r *Results) HasPath() bool {
 	return false
 }
 
+// Hook is the per-program cost of one tool, if the run measured it.
+func (r *Results) Hook(tool string) (HookCost, bool) {
+	for _, h := range r.Hooks {
+		if h.Tool == tool {
+			return h, true
+		}
+	}
+	return HookCost{}, false
+}
+
 // PathRatio is lattrace's BPF time per exchange through the path over the
 // loop's (0 without both).
 func (r *Results) PathRatio() float64 {
-	for _, h := range r.Hooks {
-		if h.Tool == "lattrace" && h.NsPerRoundTrip > 0 {
-			return h.PathNsPerRoundTrip / h.NsPerRoundTrip
-		}
+	if h, ok := r.Hook("lattrace"); ok && h.NsPerRoundTrip > 0 {
+		return h.PathNsPerRoundTrip / h.NsPerRoundTrip
 	}
 	return 0
 }
