@@ -14,7 +14,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func newExplain() *cobra.Command {
@@ -87,7 +87,7 @@ func lookupError(err error, what, id, target string) error {
 type explanation struct {
 	title     string
 	m         *aggregate.Metrics
-	split     diagnose.Split
+	split     record.Split
 	diagnoses []record.Diagnosis
 	whatIf    time.Duration
 	// inFlight describes the exchange in progress, if any.

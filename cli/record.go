@@ -15,9 +15,9 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/containers"
 	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/recording"
+	"github.com/lattrace/lattrace/record"
 )
 
 func newRecord() *cobra.Command {

@@ -26,11 +26,11 @@ import (
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
 	"github.com/lattrace/lattrace/daemon/kube"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
 	"github.com/lattrace/lattrace/exporters/otlp"
 	"github.com/lattrace/lattrace/exporters/prometheus"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Config is what `lattrace daemon` is told.
@@ -450,7 +450,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // fanout hands every record to each sink in turn.
-type fanout []tracer.Sink
+type fanout []record.Sink
 
 func (f fanout) Exchange(e *record.Exchange) {
 	for _, s := range f {

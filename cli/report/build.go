@@ -6,11 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/recording"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Options shape a report. Zero fields take the defaults.
@@ -83,7 +80,7 @@ type sample struct {
 }
 
 type flowAcc struct {
-	key     aggregate.FlowKey
+	key     record.FlowKey
 	pair    int // -1 until its first exchange names it
 	samples []sample
 	// early are samples that came before the flow's first exchange.
@@ -91,7 +88,7 @@ type flowAcc struct {
 }
 
 type pairAcc struct {
-	key       aggregate.PeerKey
+	key       record.PeerKey
 	points    []point
 	flows     []int // indexes into builder.flows
 	exDiag    map[record.DiagnosisName]*ExchangeDiagnosis
@@ -100,14 +97,17 @@ type pairAcc struct {
 }
 
 type builder struct {
-	o      Options
-	hdr    recording.Header
-	agg    *aggregate.Aggregator
+	o   Options
+	hdr recording.Header
+	// roles are the roles of connections opened and not yet named by an
+	// exchange: the side a flow is counted under comes from its opening (a
+	// connection that never exchanged keeps its entry; it is a few dozen bytes).
+	roles  map[record.FlowKey]record.Role
 	flows  []*flowAcc
-	cookie map[aggregate.FlowKey]int
+	cookie map[record.FlowKey]int
 	pairs  []*pairAcc
-	byKey  map[aggregate.PeerKey]int
-	flowDx map[aggregate.FlowKey][]record.Diagnosis
+	byKey  map[record.PeerKey]int
+	flowDx map[record.FlowKey][]record.Diagnosis
 	opens  int
 }
 
@@ -115,20 +115,17 @@ type builder struct {
 func Build(path string, o Options) (*Model, error) {
 	o.defaults()
 	b := &builder{
-		o: o,
-		// Only each flow's first exchange goes in, to learn its peer
-		// pair: a full table evicts the least recent flow, which by then
-		// is named.
-		agg:    aggregate.New(aggregate.Config{MaxFlows: 4096, MaxPeers: 1 << 16, FlowIdle: -1, PeerIdle: -1}),
-		cookie: map[aggregate.FlowKey]int{},
-		byKey:  map[aggregate.PeerKey]int{},
-		flowDx: map[aggregate.FlowKey][]record.Diagnosis{},
+		o:      o,
+		roles:  map[record.FlowKey]record.Role{},
+		cookie: map[record.FlowKey]int{},
+		byKey:  map[record.PeerKey]int{},
+		flowDx: map[record.FlowKey][]record.Diagnosis{},
 	}
 	var peerDx []*recording.Diagnoses
 	_, end, err := recording.ReadFile(path, recording.Handler{
 		Header:   func(h *recording.Header) { b.hdr = *h },
 		Exchange: b.exchange,
-		ConnOpen: func(o *record.ConnOpen) { b.agg.AddConnOpen(*o); b.opens++ },
+		ConnOpen: b.connOpen,
 		Sample:   b.sample,
 		Diagnoses: func(d *recording.Diagnoses) {
 			switch {
@@ -154,7 +151,7 @@ func (b *builder) since(m record.Mono) float64 {
 	return float64(int64(m)-int64(b.hdr.StartedMono)) / 1e9
 }
 
-func (b *builder) flowOf(k aggregate.FlowKey) *flowAcc {
+func (b *builder) flowOf(k record.FlowKey) *flowAcc {
 	i, ok := b.cookie[k]
 	if !ok {
 		i = len(b.flows)
@@ -164,17 +161,37 @@ func (b *builder) flowOf(k aggregate.FlowKey) *flowAcc {
 	return b.flows[i]
 }
 
+func (b *builder) connOpen(o *record.ConnOpen) {
+	if o.Role == record.RoleClient || o.Role == record.RoleServer {
+		b.roles[record.FlowKey{Flow: o.Flow, Cookie: o.Cookie}] = o.Role
+	}
+	b.opens++
+}
+
+// peerOf is the peer pair a flow's first exchange names, as the daemon's
+// aggregator names it; an exchange without an owner names none.
+func (b *builder) peerOf(fk record.FlowKey, e *record.Exchange) record.PeerKey {
+	conn := e.ConnRole
+	if conn != record.RoleClient && conn != record.RoleServer {
+		conn = b.roles[fk]
+	}
+	delete(b.roles, fk)
+	if !e.Owner.Known() {
+		return record.PeerKey{}
+	}
+	return record.PeerKeyOf(e.Flow, record.SideOf(conn, e.Role, e.Flow), &e.Owner)
+}
+
 func (b *builder) exchange(e *record.Exchange) {
-	fk := aggregate.FlowKey{Flow: e.Flow, Cookie: e.Cookie}
+	fk := record.FlowKey{Flow: e.Flow, Cookie: e.Cookie}
 	f := b.flowOf(fk)
 	if f.pair < 0 {
-		b.agg.AddExchange(e)
-		st, _ := b.agg.Flow(fk)
-		pi, ok := b.byKey[st.Peer]
+		pk := b.peerOf(fk, e)
+		pi, ok := b.byKey[pk]
 		if !ok {
 			pi = len(b.pairs)
-			b.pairs = append(b.pairs, &pairAcc{key: st.Peer, exDiag: map[record.DiagnosisName]*ExchangeDiagnosis{}})
-			b.byKey[st.Peer] = pi
+			b.pairs = append(b.pairs, &pairAcc{key: pk, exDiag: map[record.DiagnosisName]*ExchangeDiagnosis{}})
+			b.byKey[pk] = pi
 		}
 		f.pair = pi
 		b.pairs[pi].flows = append(b.pairs[pi].flows, b.cookie[fk])
@@ -207,12 +224,12 @@ func (b *builder) exchange(e *record.Exchange) {
 }
 
 func (b *builder) sample(s *recording.Sample) {
-	f := b.flowOf(aggregate.FlowKey{Flow: s.Flow, Cookie: s.Cookie})
+	f := b.flowOf(record.FlowKey{Flow: s.Flow, Cookie: s.Cookie})
 	f.samples = append(f.samples, sample{t: b.since(s.Time), cwnd: float32(s.Cwnd), srtt: ms32(s.SRTT), retr: uint16(min(s.Retransmits+s.RTOs, 1<<16-1))})
 }
 
 // PairName says who talks to whom, the way a person names it.
-func PairName(k aggregate.PeerKey) string {
+func PairName(k record.PeerKey) string {
 	comm := k.Comm
 	if comm == "" {
 		comm = "(unknown process)"
@@ -223,23 +240,21 @@ func PairName(k aggregate.PeerKey) string {
 	return fmt.Sprintf("%s → %s (netns %d)", comm, fmtAddrPort(k), k.Netns)
 }
 
-func fmtAddrPort(k aggregate.PeerKey) string {
+func fmtAddrPort(k record.PeerKey) string {
 	if k.Remote.Is6() {
 		return fmt.Sprintf("[%s]:%d", k.Remote, k.RemotePort)
 	}
 	return fmt.Sprintf("%s:%d", k.Remote, k.RemotePort)
 }
 
-// split is the mean latency by part, through the same grouping the live
-// views use (diagnose.SplitOf).
-func split(means [8]float64) diagnose.Split {
-	var m aggregate.Metrics
+// split is the mean latency by part, grouped as the live views group it.
+func split(means [8]float64) record.Split {
 	d := func(v float64) time.Duration { return time.Duration(v * 1e6) }
-	m.ComponentMeans = record.Components{
+	c := record.Components{
 		Network: d(means[0]), SendWait: d(means[1]), LossRecovery: d(means[2]), Handshake: d(means[3]),
 		Receive: d(means[4]), Peer: d(means[5]), LocalRead: d(means[6]), Think: d(means[7]),
 	}
-	return diagnose.SplitOf(&m)
+	return c.Split()
 }
 
-func pairID(k aggregate.PeerKey) string { return api.PeerID(k) }
+func pairID(k record.PeerKey) string { return k.ID() }

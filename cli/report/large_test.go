@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/recording"
+	"github.com/lattrace/lattrace/record"
 )
 
 // truth is what a synthetic recording holds, per peer pair (remote port).

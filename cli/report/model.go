@@ -7,9 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/recording"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Model is everything the page draws, as JSON for its script. Durations
@@ -43,16 +42,16 @@ type LostLine struct {
 
 // Row is one line of the summary table.
 type Row struct {
-	ID          string            `json:"id"`
-	Key         aggregate.PeerKey `json:"key"`
-	Name        string            `json:"name"`
-	Side        string            `json:"side"`
-	Connections int               `json:"connections"`
-	Duration    Stats             `json:"duration"`
-	Retransmits uint64            `json:"retransmits"`
-	Split       Split             `json:"split"`
-	Dominant    string            `json:"dominant"`
-	Diagnoses   []string          `json:"diagnoses"`
+	ID          string         `json:"id"`
+	Key         record.PeerKey `json:"key"`
+	Name        string         `json:"name"`
+	Side        string         `json:"side"`
+	Connections int            `json:"connections"`
+	Duration    Stats          `json:"duration"`
+	Retransmits uint64         `json:"retransmits"`
+	Split       Split          `json:"split"`
+	Dominant    string         `json:"dominant"`
+	Diagnoses   []string       `json:"diagnoses"`
 	// Drawn: the pair has its charts further down.
 	Drawn bool `json:"drawn"`
 }

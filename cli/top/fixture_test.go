@@ -17,7 +17,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 const ms = time.Millisecond
@@ -94,7 +94,7 @@ func flow(id, comm string, pid uint32, local, remote string, rate float64, m agg
 	f.Owner = record.Owner{PID: pid, Comm: comm}
 	f.ConnRole = record.RoleClient
 	f.Metrics = m
-	f.Split = diagnose.SplitOf(&f.Metrics)
+	f.Split = f.Metrics.ComponentMeans.Split()
 	f.Dominant = f.Split.Dominant()
 	for _, d := range diags {
 		f.Diagnoses = append(f.Diagnoses, record.Diagnosis{
@@ -124,15 +124,15 @@ func testFlows() api.FlowList {
 
 func testPeers() api.PeerList {
 	p1 := api.Peer{ID: "p0000000000a1", Rate: 12.5}
-	p1.PeerKey = aggregate.PeerKey{Netns: 4026531840, Comm: "curl", Side: record.RoleClient, Remote: netip.MustParseAddr("10.0.0.2"), RemotePort: 8080}
+	p1.PeerKey = record.PeerKey{Netns: 4026531840, Comm: "curl", Side: record.RoleClient, Remote: netip.MustParseAddr("10.0.0.2"), RemotePort: 8080}
 	p1.Connections = 4
 	p1.Metrics = metrics(20*ms, 45*ms, 3, 1.0, 500, 2*ms, 1*ms, 17*ms)
-	p1.Split = diagnose.SplitOf(&p1.Metrics)
+	p1.Split = p1.Metrics.ComponentMeans.Split()
 	p2 := api.Peer{ID: "p0000000000b2", Rate: 200}
-	p2.PeerKey = aggregate.PeerKey{Netns: 4026532001, Comm: "nginx", Side: record.RoleServer, LocalPort: 443, Remote: netip.MustParseAddr("2001:db8::99")}
+	p2.PeerKey = record.PeerKey{Netns: 4026532001, Comm: "nginx", Side: record.RoleServer, LocalPort: 443, Remote: netip.MustParseAddr("2001:db8::99")}
 	p2.Connections = 1
 	p2.Metrics = metrics(1*ms, 5*ms, 0, 2.5, 10000, 3*ms, 1*ms, 1*ms)
-	p2.Split = diagnose.SplitOf(&p2.Metrics)
+	p2.Split = p2.Metrics.ComponentMeans.Split()
 	return api.PeerList{APIVersion: api.Version, Now: testNow, Total: 2, Peers: []api.Peer{p1, p2}}
 }
 

@@ -12,8 +12,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Glyphs of the latency split: distinct shapes, so the bar reads on a
@@ -302,19 +301,19 @@ func durOrDash(m *aggregate.Metrics, d time.Duration) string {
 }
 
 // splitParts is the split as an array, in bar order.
-func splitParts(s diagnose.Split) [numParts]time.Duration {
+func splitParts(s record.Split) [numParts]time.Duration {
 	return [numParts]time.Duration{s.Network, s.Transport, s.App}
 }
 
 // splitOfSample groups one exchange's components the way diagnose groups
 // a flow's means, so a sample's split and its flow's add up alike.
-func splitOfSample(c record.Components) diagnose.Split {
-	return diagnose.SplitOf(&aggregate.Metrics{ComponentMeans: c})
+func splitOfSample(c record.Components) record.Split {
+	return c.Split()
 }
 
 // barCells shares w cells among the parts of s by largest remainder, so
 // the cells always add up to w and a bar of one row lines up with the next.
-func barCells(s diagnose.Split, w int) [numParts]int {
+func barCells(s record.Split, w int) [numParts]int {
 	var out [numParts]int
 	total := s.Total()
 	if total <= 0 || w <= 0 {
@@ -344,7 +343,7 @@ func barCells(s diagnose.Split, w int) [numParts]int {
 
 // plainBar draws the bar without colour; an empty split is dots, so a row
 // without timing does not look like a zero-latency one.
-func plainBar(s diagnose.Split, w int) string {
+func plainBar(s record.Split, w int) string {
 	if s.Total() <= 0 {
 		return strings.Repeat("·", max(w, 0))
 	}
@@ -356,7 +355,7 @@ func plainBar(s diagnose.Split, w int) string {
 }
 
 // dominantPart is the index of s.Dominant(), -1 without timing.
-func dominantPart(s diagnose.Split) int {
+func dominantPart(s record.Split) int {
 	switch s.Dominant() {
 	case "network":
 		return partNetwork
@@ -378,7 +377,7 @@ func pctOf(p, total time.Duration) int {
 
 // dominantLabels are the texts after a bar, longest first: "app 85%",
 // "transport 62%" then "trans 62%".
-func dominantLabels(s diagnose.Split) []string {
+func dominantLabels(s record.Split) []string {
 	i := dominantPart(s)
 	if i < 0 {
 		return []string{"-"}

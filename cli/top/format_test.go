@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/record"
 )
 
 func TestFmtDur(t *testing.T) {
@@ -62,7 +62,7 @@ func TestTruncate(t *testing.T) {
 }
 
 func TestBar(t *testing.T) {
-	s := diagnose.Split{Network: 2 * ms, Transport: 1 * ms, App: 17 * ms}
+	s := record.Split{Network: 2 * ms, Transport: 1 * ms, App: 17 * ms}
 	for _, w := range []int{1, 4, 10, 33} {
 		c := barCells(s, w)
 		if c[0]+c[1]+c[2] != w {
@@ -78,10 +78,10 @@ func TestBar(t *testing.T) {
 	if got := dominantLabels(s); got[0] != "app 85%" {
 		t.Errorf("label %v", got)
 	}
-	if got := dominantLabels(diagnose.Split{Transport: 62, Network: 38}); got[0] != "transport 62%" || got[1] != "trans 62%" {
+	if got := dominantLabels(record.Split{Transport: 62, Network: 38}); got[0] != "transport 62%" || got[1] != "trans 62%" {
 		t.Errorf("labels %v", got)
 	}
-	if got := plainBar(diagnose.Split{}, 4); got != "····" {
+	if got := plainBar(record.Split{}, 4); got != "····" {
 		t.Errorf("empty split drawn %q", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // model is the screen's whole state. Update changes it, View only reads

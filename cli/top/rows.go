@@ -8,7 +8,7 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // sortColumn names the column sort key orders by; "" marks none.
@@ -212,7 +212,7 @@ func peerRow(p *api.Peer) tableRow {
 // sideRemoteCell says which end the local program is: a client names the
 // service it calls, a server its own port and who calls it. The side word
 // stays at every width: without it a server's caller reads as a service.
-func sideRemoteCell(k aggregate.PeerKey) []string {
+func sideRemoteCell(k record.PeerKey) []string {
 	switch k.Side {
 	case record.RoleServer:
 		return []string{fmt.Sprintf("server :%d <- %s", k.LocalPort, fmtAddr(k.Remote))}
@@ -226,7 +226,7 @@ func sideRemoteCell(k aggregate.PeerKey) []string {
 	return []string{side + " " + remoteEndpoint(k)}
 }
 
-func remoteEndpoint(k aggregate.PeerKey) string {
+func remoteEndpoint(k record.PeerKey) string {
 	if !k.Remote.IsValid() {
 		return "-"
 	}

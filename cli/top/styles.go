@@ -3,7 +3,7 @@ package top
 import (
 	"github.com/charmbracelet/lipgloss"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // styles are made from the renderer of the output the screen is drawn on,

@@ -3,7 +3,7 @@ package top
 import (
 	"strings"
 
-	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/record"
 )
 
 // A table is laid out for one width at a time: every column starts at its
@@ -46,7 +46,7 @@ type column struct {
 type tableRow struct {
 	id    string
 	cells [][]string
-	split diagnose.Split
+	split record.Split
 }
 
 // stage is one step of giving up width. A plain stage steps column col
@@ -372,7 +372,7 @@ func (t *table) cell(r *tableRow, i, w int) string {
 }
 
 // bar draws the split in w cells, each part through paint.
-func bar(s diagnose.Split, w int, paint painter) string {
+func bar(s record.Split, w int, paint painter) string {
 	if paint == nil || s.Total() <= 0 {
 		return plainBar(s, w)
 	}

@@ -9,9 +9,8 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // A detail is drawn top-down in the order a person reads it: what it is,
@@ -232,7 +231,7 @@ func transferItem(out, in aggregate.Direction) string {
 
 // splitLines draw the split as a wide bar, then each part with the
 // component means it is made of.
-func (m *model) splitLines(s diagnose.Split, c record.Components, w int) []string {
+func (m *model) splitLines(s record.Split, c record.Components, w int) []string {
 	total := s.Total()
 	if total <= 0 {
 		return []string{"split: no timed exchanges yet"}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func TestWriteFlows(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Defaults for the zero Config fields.
@@ -97,13 +97,13 @@ type Counters struct {
 
 // FlowStats is a snapshot of one connection.
 type FlowStats struct {
-	FlowKey
+	record.FlowKey
 	Owner record.Owner `json:"owner"`
 	// ConnRole is who opened the connection, when known.
 	ConnRole record.Role `json:"conn_role"`
 	// Peer is the peer pair the flow is counted under (zero until the
 	// flow has an owner, i.e. before its first exchange or close).
-	Peer PeerKey `json:"peer"`
+	Peer record.PeerKey `json:"peer"`
 	// Opened, ConnectLatency and HandshakeRTT come from the ConnOpen.
 	Opened         record.Mono   `json:"opened_mono_ns,omitempty"`
 	ConnectLatency time.Duration `json:"connect_latency_ns,omitempty"`
@@ -118,7 +118,7 @@ type FlowStats struct {
 
 // PeerStats is a snapshot of one peer pair.
 type PeerStats struct {
-	PeerKey
+	record.PeerKey
 	// Connections is how many flows were counted under this pair.
 	Connections uint64 `json:"connections"`
 	// ConnectLatency is the distribution of the connections' SYN to
@@ -134,10 +134,10 @@ type flowEntry struct {
 	// gen changes whenever the entry leaves its table, so a snapshot that
 	// picked the pointer before can tell it now holds something else.
 	gen            uint64
-	key            FlowKey
+	key            record.FlowKey
 	owner          record.Owner
 	connRole       record.Role
-	peerKey        PeerKey
+	peerKey        record.PeerKey
 	opened         record.Mono
 	connectLatency time.Duration
 	handshakeRTT   time.Duration
@@ -174,7 +174,7 @@ func burstGap(ex *record.Exchange) time.Duration {
 type peerEntry struct {
 	mu          sync.Mutex
 	gen         uint64
-	key         PeerKey
+	key         record.PeerKey
 	connections uint64
 	connect     sketch
 	m           metrics
@@ -208,7 +208,7 @@ type Aggregator struct {
 	// whole FlowKey on every exchange. A socket that connects again (after
 	// a failed connect) is a new flow: its old entry is retired.
 	flows map[uint64]*flowEntry
-	peers map[PeerKey]*peerEntry
+	peers map[record.PeerKey]*peerEntry
 
 	// Under wmu.
 	flowLRU    list[flowEntry, *flowEntry]
@@ -234,7 +234,7 @@ func New(cfg Config) *Aggregator {
 		flowSC:     flowSketches(m),
 		peerSC:     peerSketches(m, cfg.SketchBins),
 		flows:      make(map[uint64]*flowEntry),
-		peers:      make(map[PeerKey]*peerEntry),
+		peers:      make(map[record.PeerKey]*peerEntry),
 		flowLRU:    list[flowEntry, *flowEntry]{i: lruList},
 		flowClosed: list[flowEntry, *flowEntry]{i: closedList},
 		peerLRU:    list[peerEntry, *peerEntry]{i: 0},
@@ -256,7 +256,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		tm.of(a.flowSC.m, ex)
 	}
 	a.wmu.Lock()
-	f := a.flowFor(FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
+	f := a.flowFor(record.FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}, t)
 	// A socket adopted from softirq has no owner until its process next
 	// touches it: its first exchange counts for the flow, and for the pair
 	// only once the pair is known, rather than under a nameless pair.
@@ -309,7 +309,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 // latency, which the peer pair gets once the flow has an owner.
 func (a *Aggregator) AddConnOpen(o record.ConnOpen) {
 	a.wmu.Lock()
-	f := a.flowFor(FlowKey{Flow: o.Flow, Cookie: o.Cookie}, o.Time)
+	f := a.flowFor(record.FlowKey{Flow: o.Flow, Cookie: o.Cookie}, o.Time)
 	f.mu.Lock()
 	if o.Role == record.RoleClient || o.Role == record.RoleServer {
 		f.connRole = o.Role
@@ -335,7 +335,7 @@ func (a *Aggregator) AddConnOpen(o record.ConnOpen) {
 // without a complete exchange are still counted under their peer pair.
 func (a *Aggregator) AddConnClose(c record.ConnClose) {
 	a.wmu.Lock()
-	f := a.flowFor(FlowKey{Flow: c.Flow, Cookie: c.Cookie}, c.Time)
+	f := a.flowFor(record.FlowKey{Flow: c.Flow, Cookie: c.Cookie}, c.Time)
 	hasOwner := c.Owner.Known()
 	var p *peerEntry
 	if hasOwner {
@@ -417,7 +417,7 @@ func due(t, now record.Mono, after time.Duration) bool {
 
 // flowFor returns the flow for k, creating it, and marks it updated at t.
 // Caller holds wmu.
-func (a *Aggregator) flowFor(k FlowKey, t record.Mono) *flowEntry {
+func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 	f := a.flows[k.Cookie]
 	if f != nil && f.key != k {
 		a.removeFlow(f)
@@ -470,7 +470,7 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	a.flowClosed.remove(f)
 	f.mu.Lock()
 	f.gen++
-	f.owner, f.connRole, f.peerKey = record.Owner{}, "", PeerKey{}
+	f.owner, f.connRole, f.peerKey = record.Owner{}, "", record.PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
 	f.closed, f.close, f.burst, f.peerK8s = false, record.ConnClose{}, burst{}, nil
 	f.m.reset()
@@ -501,13 +501,13 @@ func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, 
 		if conn != record.RoleClient && conn != record.RoleServer {
 			conn = f.connRole
 		}
-		f.side = sideOf(conn, ex, f.key.Flow)
+		f.side = record.SideOf(conn, ex, f.key.Flow)
 	}
 	p := a.livePeer(f)
 	// The pair is the flow's (fixed) and its owner's: while the owner is
 	// the same, so is the pair, and its key need not be built again.
 	if p == nil || p.key.Comm != o.Comm || p.key.CgroupID != o.CgroupID {
-		k := peerKeyOf(f.key.Flow, f.side, o)
+		k := record.PeerKeyOf(f.key.Flow, f.side, o)
 		// First attribution, the owner changed (exec, fd passing), or
 		// the pair was evicted meanwhile: a new connection of this pair.
 		p = a.peerFor(k, t)
@@ -531,7 +531,7 @@ func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, 
 	return p
 }
 
-func (a *Aggregator) peerFor(k PeerKey, t record.Mono) *peerEntry {
+func (a *Aggregator) peerFor(k record.PeerKey, t record.Mono) *peerEntry {
 	p := a.peers[k]
 	if p == nil {
 		if len(a.peers) >= a.cfg.MaxPeers {
@@ -569,7 +569,7 @@ func (a *Aggregator) removePeer(p *peerEntry) {
 	a.peerLRU.remove(p)
 	p.mu.Lock()
 	p.gen++
-	p.key = PeerKey{}
+	p.key = record.PeerKey{}
 	p.connections = 0
 	p.connect.reset()
 	p.m.reset()
@@ -638,7 +638,7 @@ func (a *Aggregator) Flows() []FlowStats {
 		}
 		r.e.mu.Unlock()
 	}
-	slices.SortFunc(out, func(x, y FlowStats) int { return compareFlowKeys(x.FlowKey, y.FlowKey) })
+	slices.SortFunc(out, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
 	return out
 }
 
@@ -659,12 +659,12 @@ func (a *Aggregator) Peers() []PeerStats {
 		}
 		r.e.mu.Unlock()
 	}
-	slices.SortFunc(out, func(x, y PeerStats) int { return comparePeerKeys(x.PeerKey, y.PeerKey) })
+	slices.SortFunc(out, func(x, y PeerStats) int { return x.PeerKey.Compare(y.PeerKey) })
 	return out
 }
 
 // Flow returns the snapshot of one flow.
-func (a *Aggregator) Flow(k FlowKey) (FlowStats, bool) {
+func (a *Aggregator) Flow(k record.FlowKey) (FlowStats, bool) {
 	a.mu.RLock()
 	f := a.flows[k.Cookie]
 	var gen uint64
@@ -684,7 +684,7 @@ func (a *Aggregator) Flow(k FlowKey) (FlowStats, bool) {
 }
 
 // Peer returns the snapshot of one peer pair.
-func (a *Aggregator) Peer(k PeerKey) (PeerStats, bool) {
+func (a *Aggregator) Peer(k record.PeerKey) (PeerStats, bool) {
 	a.mu.RLock()
 	p := a.peers[k]
 	var gen uint64

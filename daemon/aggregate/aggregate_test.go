@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func TestGoodputIsBytesOverActiveTime(t *testing.T) {
@@ -138,7 +138,7 @@ func TestConnOpenAndClose(t *testing.T) {
 	a.AddConnOpen(record.ConnOpen{Time: at(1), Cookie: 1, Flow: fl, Role: record.RoleClient,
 		ConnectLatency: 3 * ms, HandshakeRTT: 2 * ms})
 
-	f, ok := a.Flow(FlowKey{Flow: fl, Cookie: 1})
+	f, ok := a.Flow(record.FlowKey{Flow: fl, Cookie: 1})
 	if !ok || f.ConnRole != record.RoleClient || f.ConnectLatency != 3*ms || f.Opened != at(1) || f.Exchanges != 0 {
 		t.Fatalf("opened flow %v %+v", ok, f)
 	}
@@ -158,7 +158,7 @@ func TestConnOpenAndClose(t *testing.T) {
 
 	a.AddConnClose(record.ConnClose{Time: at(3), Cookie: 1, Flow: fl, Owner: owner("curl", 7, 1),
 		Role: record.RoleClient, Established: at(1), BytesSent: 100})
-	f, _ = a.Flow(FlowKey{Flow: fl, Cookie: 1})
+	f, _ = a.Flow(record.FlowKey{Flow: fl, Cookie: 1})
 	if f.Close == nil || f.Close.Lifetime() != 2*time.Second || f.LastSeen != at(3) {
 		t.Errorf("closed flow %+v", f)
 	}
@@ -358,11 +358,11 @@ func TestSnapshotsAreSortedAndJSON(t *testing.T) {
 		a.AddExchange(exch(fmt.Sprintf("10.0.0.%d:40000", i+1), fmt.Sprintf("10.0.1.%d:443", i%3), uint64(i), o, record.RoleClient, at(float64(i)), ms))
 	}
 	flows := a.Flows()
-	if !slices.IsSortedFunc(flows, func(x, y FlowStats) int { return compareFlowKeys(x.FlowKey, y.FlowKey) }) {
+	if !slices.IsSortedFunc(flows, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) }) {
 		t.Error("flows not sorted")
 	}
 	peers := a.Peers()
-	if len(peers) != 3 || !slices.IsSortedFunc(peers, func(x, y PeerStats) int { return comparePeerKeys(x.PeerKey, y.PeerKey) }) {
+	if len(peers) != 3 || !slices.IsSortedFunc(peers, func(x, y PeerStats) int { return x.PeerKey.Compare(y.PeerKey) }) {
 		t.Error("peers not sorted")
 	}
 	// Two snapshots of an unchanged aggregator are identical.
@@ -467,7 +467,7 @@ func TestConcurrentSnapshots(t *testing.T) {
 						err = fmt.Errorf("over the bound: %+v", st)
 					}
 					fl := record.Flow{Local: ap("10.0.0.1:30005"), Remote: ap("10.0.2.5:443"), Netns: 4026531840}
-					if f, ok := a.Flow(FlowKey{Flow: fl, Cookie: 6}); ok && f.Cookie != 6 {
+					if f, ok := a.Flow(record.FlowKey{Flow: fl, Cookie: 6}); ok && f.Cookie != 6 {
 						err = fmt.Errorf("Flow returned %+v", f.FlowKey)
 					}
 				}

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // ap parses "addr:port".
@@ -49,7 +49,9 @@ func exch(local, remote string, cookie uint64, o record.Owner, connRole record.R
 	return ex
 }
 
-func flowKey(ex *record.Exchange) FlowKey { return FlowKey{Flow: ex.Flow, Cookie: ex.Cookie} }
+func flowKey(ex *record.Exchange) record.FlowKey {
+	return record.FlowKey{Flow: ex.Flow, Cookie: ex.Cookie}
+}
 
 const ms = time.Millisecond
 

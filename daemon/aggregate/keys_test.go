@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func TestClientSideDropsLocalEphemeralPort(t *testing.T) {
@@ -21,7 +21,7 @@ func TestClientSideDropsLocalEphemeralPort(t *testing.T) {
 	if len(peers) != 2 {
 		t.Fatalf("peers = %d, want 2: %+v", len(peers), peers)
 	}
-	want := PeerKey{Netns: 4026531840, Comm: "curl", CgroupID: 7, Side: record.RoleClient,
+	want := record.PeerKey{Netns: 4026531840, Comm: "curl", CgroupID: 7, Side: record.RoleClient,
 		Remote: netip.MustParseAddr("10.0.0.2"), RemotePort: 443}
 	p, ok := a.Peer(want)
 	if !ok {
@@ -55,7 +55,7 @@ func TestServerSideDropsRemoteEphemeralPort(t *testing.T) {
 	if len(peers) != 3 {
 		t.Fatalf("peers = %d, want 3: %+v", len(peers), peers)
 	}
-	k := PeerKey{Netns: 4026531840, Comm: "nginx", CgroupID: 9, Side: record.RoleServer,
+	k := record.PeerKey{Netns: 4026531840, Comm: "nginx", CgroupID: 9, Side: record.RoleServer,
 		LocalPort: 8080, Remote: netip.MustParseAddr("10.0.0.9")}
 	p, ok := a.Peer(k)
 	if !ok {
@@ -106,7 +106,7 @@ func TestFlowKeyUsesCookie(t *testing.T) {
 	if !ok || f.Exchanges != 2 {
 		t.Errorf("Flow(e2) = %v, %d", ok, f.Exchanges)
 	}
-	if _, ok := a.Flow(FlowKey{Flow: e1.Flow, Cookie: 99}); ok {
+	if _, ok := a.Flow(record.FlowKey{Flow: e1.Flow, Cookie: 99}); ok {
 		t.Error("found a flow that never existed")
 	}
 	p := a.Peers()
@@ -142,10 +142,10 @@ func TestUnknownConnRoleFallsBackAndSticks(t *testing.T) {
 	}
 
 	// Without ConnRole nor exchange role, the lower port is the listener.
-	if s := sideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:443"), Remote: ap("2.2.2.2:50000")}); s != record.RoleServer {
+	if s := record.SideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:443"), Remote: ap("2.2.2.2:50000")}); s != record.RoleServer {
 		t.Errorf("side %s", s)
 	}
-	if s := sideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:50000"), Remote: ap("2.2.2.2:443")}); s != record.RoleClient {
+	if s := record.SideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:50000"), Remote: ap("2.2.2.2:443")}); s != record.RoleClient {
 		t.Errorf("side %s", s)
 	}
 }

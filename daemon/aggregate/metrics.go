@@ -6,7 +6,7 @@ import (
 
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Sketch slots of a metrics: the duration, the components in the order of

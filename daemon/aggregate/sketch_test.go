@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // exact is the order statistic the sketch estimates: rank q*(n-1), lower.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,7 +16,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Server answers the API from the daemon's live state.
@@ -86,14 +85,6 @@ func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, h)
 }
 
-// PeerID names a peer pair: 12 hex digits of a hash of its key, prefixed
-// with "p" so it can never be mistaken for a flow's (decimal) id.
-func PeerID(k aggregate.PeerKey) string {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d|%s|%d|%s|%d|%s|%d", k.Netns, k.Comm, k.CgroupID, k.Side, k.LocalPort, k.Remote, k.RemotePort)
-	return fmt.Sprintf("p%012x", h.Sum64()&(1<<48-1))
-}
-
 // flows snapshots every flow with its rate, split and diagnoses.
 // snapshot is what one answer is made from, read once.
 type snapshot struct {
@@ -106,7 +97,7 @@ type snapshot struct {
 	// rates are each flow's exchanges per second, and peerRates their sum
 	// per pair.
 	rates     map[uint64]float64
-	peerRates map[aggregate.PeerKey]float64
+	peerRates map[record.PeerKey]float64
 	// movers is every flow with what it moved, the bytes of exchanges in
 	// progress included: a bufferbloat's bulk senders are often still
 	// sending.
@@ -117,14 +108,14 @@ func (s *Server) snapshot() *snapshot {
 	sn := &snapshot{
 		now: record.Now(), stats: s.agg.Flows(),
 		recorded: map[uint64]int{}, inflight: map[uint64]*record.InFlight{},
-		rates: map[uint64]float64{}, peerRates: map[aggregate.PeerKey]float64{},
+		rates: map[uint64]float64{}, peerRates: map[record.PeerKey]float64{},
 	}
 	for i := range sn.stats {
 		st := &sn.stats[i]
 		sn.recorded[st.Cookie] = i
 		r := s.hist.Rate(st.Cookie, sn.now)
 		sn.rates[st.Cookie] = r
-		if st.Peer != (aggregate.PeerKey{}) {
+		if st.Peer != (record.PeerKey{}) {
 			sn.peerRates[st.Peer] += r
 		}
 	}
@@ -154,7 +145,7 @@ func (s *Server) snapshot() *snapshot {
 // in progress (a transfer running since before its first turn).
 func unrecorded(in *record.InFlight) aggregate.FlowStats {
 	return aggregate.FlowStats{
-		FlowKey:  aggregate.FlowKey{Flow: in.Flow, Cookie: in.Cookie},
+		FlowKey:  record.FlowKey{Flow: in.Flow, Cookie: in.Cookie},
 		Owner:    in.Owner,
 		ConnRole: in.ConnRole,
 	}
@@ -216,11 +207,11 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
 		Rate:      sn.rates[st.Cookie],
-		Split:     diagnose.SplitOf(&st.Metrics),
+		Split:     st.Metrics.ComponentMeans.Split(),
 		Diagnoses: diagnoses(diagnose.Of(&st.Metrics), &st.Metrics, sn.movers),
 	}
-	if st.Peer != (aggregate.PeerKey{}) {
-		f.PeerID = PeerID(st.Peer)
+	if st.Peer != (record.PeerKey{}) {
+		f.PeerID = st.Peer.ID()
 	}
 	f.Dominant = f.Split.Dominant()
 	if in := sn.inflight[st.Cookie]; in != nil {
@@ -237,10 +228,10 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 // peer makes st's answer; its rate is the sum of its flows'.
 func (s *Server) peer(st *aggregate.PeerStats, sn *snapshot) Peer {
 	p := Peer{
-		ID:        PeerID(st.PeerKey),
+		ID:        st.PeerKey.ID(),
 		PeerStats: *st,
 		Rate:      sn.peerRates[st.PeerKey],
-		Split:     diagnose.SplitOf(&st.Metrics),
+		Split:     st.Metrics.ComponentMeans.Split(),
 		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn.movers),
 	}
 	p.Dominant = p.Split.Dominant()
@@ -314,7 +305,7 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, st := range s.agg.Peers() {
-		if PeerID(st.PeerKey) != id {
+		if st.PeerKey.ID() != id {
 			continue
 		}
 		sn := s.snapshot()

@@ -17,7 +17,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 const ms = time.Millisecond

@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Version is the schema version: the path prefix of every endpoint and
@@ -34,7 +33,7 @@ type Flow struct {
 	PeerID string `json:"peer_id,omitempty"`
 	// Rate is exchanges per second over the last 5 to 10 s.
 	Rate      float64            `json:"exchanges_per_s"`
-	Split     diagnose.Split     `json:"split"`
+	Split     record.Split       `json:"split"`
 	Dominant  string             `json:"dominant"`
 	Diagnoses []record.Diagnosis `json:"diagnoses"`
 	// InFlight is the exchange in progress now, when there is one: a
@@ -49,7 +48,7 @@ type Peer struct {
 	aggregate.PeerStats
 	// Rate is the sum of its live flows' rates.
 	Rate      float64            `json:"exchanges_per_s"`
-	Split     diagnose.Split     `json:"split"`
+	Split     record.Split       `json:"split"`
 	Dominant  string             `json:"dominant"`
 	Diagnoses []record.Diagnosis `json:"diagnoses"`
 }

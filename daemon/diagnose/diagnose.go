@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // The diagnoses lattrace knows.
@@ -33,44 +33,6 @@ const (
 	Asymmetry          record.DiagnosisName = "direction_asymmetry"
 	ReceiveLimited     record.DiagnosisName = "receive_limited"
 )
-
-// Split is the mean latency of an exchange grouped the way the model names
-// its parts: network (propagation + queueing), transport (send wait, loss
-// recovery, handshake, receive) and app (peer think time, local read,
-// local think time). The three add up to the mean duration.
-type Split struct {
-	Network   time.Duration `json:"network_ns"`
-	Transport time.Duration `json:"transport_ns"`
-	App       time.Duration `json:"app_ns"`
-}
-
-// Total is the mean exchange duration.
-func (s Split) Total() time.Duration { return s.Network + s.Transport + s.App }
-
-// Dominant names the largest part: "network", "transport" or "app"; ""
-// when there is no timing.
-func (s Split) Dominant() string {
-	if s.Total() <= 0 {
-		return ""
-	}
-	switch {
-	case s.Network >= s.Transport && s.Network >= s.App:
-		return "network"
-	case s.Transport >= s.App:
-		return "transport"
-	}
-	return "app"
-}
-
-// SplitOf groups m's component means.
-func SplitOf(m *aggregate.Metrics) Split {
-	c := m.ComponentMeans
-	return Split{
-		Network:   c.Network,
-		Transport: c.SendWait + c.LossRecovery + c.Handshake + c.Receive,
-		App:       c.Peer + c.LocalRead + c.Think,
-	}
-}
 
 // Thresholds: a part must explain at least this share of the mean latency
 // to be named. Below them the part is noise on a healthy path (the

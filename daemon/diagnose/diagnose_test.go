@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 const ms = time.Millisecond
@@ -114,17 +114,6 @@ func TestLossAndTurnsAndOrder(t *testing.T) {
 	extra, rounds := WhatIf(&m, 20*ms)
 	if rounds != 3 || extra != 60*ms {
 		t.Errorf("what-if %v over %v round trips", extra, rounds)
-	}
-}
-
-func TestSplit(t *testing.T) {
-	m := metrics(1, record.Components{Network: 10 * ms, SendWait: 5 * ms, LossRecovery: 1 * ms, Handshake: 2 * ms, Receive: 1 * ms, Peer: 3 * ms, LocalRead: 1 * ms, Think: 1 * ms})
-	s := SplitOf(&m)
-	if s.Network != 10*ms || s.Transport != 9*ms || s.App != 5*ms || s.Total() != m.Duration.Mean || s.Dominant() != "network" {
-		t.Errorf("%+v", s)
-	}
-	if (Split{}).Dominant() != "" {
-		t.Error("empty split has a dominant part")
 	}
 }
 

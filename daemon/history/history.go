@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Defaults for the zero Config fields.

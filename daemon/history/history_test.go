@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func ex(cookie uint64, t time.Duration, turns uint32) *record.Exchange {

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // InCluster reports whether the process runs in a pod (the service

@@ -12,7 +12,7 @@ package latency
 import (
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // chain walks points in order, clamping each to be no earlier than the one

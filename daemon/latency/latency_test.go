@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 const ms = record.Mono(time.Millisecond)

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/lattrace/lattrace/daemon/latency"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 const (

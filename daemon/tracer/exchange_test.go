@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // TestExchangesLoopback checks exchange cutting on loopback: N round trips

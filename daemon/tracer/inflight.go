@@ -7,7 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // ErrNoInflight: the kernel refused the socket storage iterator, so

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // TestPinnedUpgrade follows one connection across an upgrade of the kernel
@@ -180,7 +180,7 @@ type durable struct{ collector }
 func (*durable) Sync(done func(error)) { done(nil) }
 
 // both hands every record to two sinks, as the daemon's fan-out does.
-type both [2]Sink
+type both [2]record.Sink
 
 func (b both) Exchange(e *record.Exchange)  { b[0].Exchange(e); b[1].Exchange(e) }
 func (b both) ConnOpen(o record.ConnOpen)   { b[0].ConnOpen(o); b[1].ConnOpen(o) }

@@ -4,22 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
-
-// Sink receives decoded records, on the reading goroutine: it must not block
-// for long, or the ring buffer fills and the kernel counts drops.
-type Sink interface {
-	// Exchange gets a record valid until it returns: the tracer reuses
-	// it for the next one, so a sink that keeps it keeps a copy.
-	Exchange(*record.Exchange)
-	ConnOpen(record.ConnOpen)
-	ConnClose(record.ConnClose)
-	// Flush is called after each drain of the ring buffer, so a sink can
-	// batch its output per drain instead of per record. The drained records
-	// are released to the kernel after Flush returns.
-	Flush()
-}
 
 // Run drains the ring buffer until ctx is done, then drains what is left and
 // returns. The kernel submits without waking us (a wakeup costs microseconds
@@ -29,7 +15,7 @@ type Sink interface {
 // Each drain ends with sink.Flush and only then gives the records back to
 // the kernel: a daemon killed mid-drain leaves them in the ring for the next
 // one (see Resume for outputs that must not take them twice).
-func (t *Tracer) Run(ctx context.Context, sink Sink) error {
+func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 	stop := context.AfterFunc(ctx, t.ring.interrupt)
 	defer stop()
 	for {
@@ -55,7 +41,7 @@ func (t *Tracer) Run(ctx context.Context, sink Sink) error {
 // them. A drain is bounded by what was there when it started, plus what
 // arrives while it runs, so a busy kernel cannot keep it from flushing:
 // it stops after one ring's worth.
-func (t *Tracer) drain(sink Sink) {
+func (t *Tracer) drain(sink record.Sink) {
 	limit := t.ring.pending() + t.ring.mask + 1
 	flushed := t.ring.pending()
 	for t.ring.pending() < limit {
@@ -75,7 +61,7 @@ func (t *Tracer) drain(sink Sink) {
 
 // flush ends a batch: the sinks flush, and the kernel gets back what every
 // output has made durable (see release).
-func (t *Tracer) flush(sink Sink) {
+func (t *Tracer) flush(sink record.Sink) {
 	sink.Flush()
 	t.flushed.Store(t.ring.pending())
 	t.release(t.holdingTooMuch())
@@ -93,7 +79,7 @@ const exitSyncTimeout = 3 * time.Second
 // kernel got none of the space back until the end.
 const flushBytes = 256 << 10
 
-func (t *Tracer) decode(raw []byte, sink Sink) {
+func (t *Tracer) decode(raw []byte, sink record.Sink) {
 	hdr, ok := view[lattraceLtHeader](raw)
 	if !ok || lattraceLtLayout(hdr.Layout) != lattraceLtLayoutLT_LAYOUT {
 		// Too short, or written by programs of another version (a pinned

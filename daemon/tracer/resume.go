@@ -4,14 +4,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Durable is an output whose records outlive the daemon: a file, a tracing
 // backend. After a kill, the next daemon re-reads the records the killed one
 // had read but not released; such an output must not take them twice.
 type Durable interface {
-	Sink
+	record.Sink
 	// Sync asks the output to make everything it took so far durable
 	// (written to its file, acknowledged by its backend) and to call done
 	// once it is, or with the error that kept it from being. Sync must not
@@ -35,7 +35,7 @@ type Durable interface {
 //
 // Without a pin directory there is no next daemon, and Resume returns out
 // as it is.
-func (t *Tracer) Resume(name string, out Durable) Sink {
+func (t *Tracer) Resume(name string, out Durable) record.Sink {
 	if t.state == nil {
 		return out
 	}

@@ -2,7 +2,6 @@ package tracer
 
 import (
 	"context"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +15,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"golang.org/x/sys/unix"
+
+	"github.com/lattrace/lattrace/record"
 )
 
 // collector gathers records from the reading goroutine.
@@ -90,7 +91,7 @@ func openTracer(t testing.TB) (*Tracer, *collector) {
 
 // openTracerWith opens a tracer with opts and drains it into sink until
 // the returned stop, or the test's end.
-func openTracerWith(t testing.TB, opts Options, sink Sink) (*Tracer, func()) {
+func openTracerWith(t testing.TB, opts Options, sink record.Sink) (*Tracer, func()) {
 	t.Helper()
 	tr, err := Open(opts)
 	if err != nil {
@@ -114,7 +115,7 @@ func waitExchanges(col *collector, local netip.AddrPort, want int, deadline time
 }
 
 // runCollector drains tr into col until the returned stop is called.
-func runCollector(t testing.TB, tr *Tracer, col Sink) (stop func()) {
+func runCollector(t testing.TB, tr *Tracer, col record.Sink) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx, col) }()

@@ -9,7 +9,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Writer encodes records to an io.Writer, buffered until Flush, which

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 func TestLinesAndTypes(t *testing.T) {

@@ -2,7 +2,7 @@
 // OpenTelemetry Go SDK: one trace span per sampled exchange (with a child span
 // per stage of its timeline) and metrics of every exchange (duration and
 // component histograms, TCP counters) per peer pair. It implements
-// tracer.Sink and never blocks the reading goroutine: spans go through the
+// record.Sink and never blocks the reading goroutine: spans go through the
 // SDK's BatchSpanProcessor behind a bounded, counted queue, and metrics are
 // aggregated in memory and pushed by a PeriodicReader.
 //
@@ -67,7 +67,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // ScopeName is the instrumentation scope of lattrace's spans and metrics.
@@ -225,7 +225,7 @@ type Stats struct {
 	QueueDepth      uint64 // spans waiting for export now
 }
 
-// Exporter is a tracer.Sink that exports over OTLP.
+// Exporter is a record.Sink that exports over OTLP.
 type Exporter struct {
 	cfg    Config
 	tp     *sdktrace.TracerProvider

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/otelcol"
 )
 

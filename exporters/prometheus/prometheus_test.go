@@ -13,8 +13,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/record"
 )
 
 // TestDashboardMatchesMetrics feeds exchanges through the real metric

@@ -11,8 +11,8 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/jsonl"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Handler receives a recording's lines in file order; nil fields skip

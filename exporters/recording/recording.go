@@ -3,8 +3,7 @@ package recording
 import (
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Format and Version identify the file (see the package comment).
@@ -91,8 +90,8 @@ func (s *Sample) event() bool { return s.Retransmits > 0 || s.RTOs > 0 || s.Cwnd
 type Diagnoses struct {
 	// Scope is "flow" (Flow set) or "peer" (Peer set).
 	Scope     string             `json:"scope"`
-	Flow      *aggregate.FlowKey `json:"flow_key,omitempty"`
-	Peer      *aggregate.PeerKey `json:"peer_key,omitempty"`
+	Flow      *record.FlowKey    `json:"flow_key,omitempty"`
+	Peer      *record.PeerKey    `json:"peer_key,omitempty"`
 	Exchanges uint64             `json:"exchanges"`
 	Diagnoses []record.Diagnosis `json:"diagnoses"`
 }

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/record"
+	"github.com/lattrace/lattrace/record"
 )
 
 var flowA = record.Flow{Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.MustParseAddrPort("10.0.0.2:80"), Netns: 7}
@@ -77,7 +76,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 		w.ConnClose(record.ConnClose{Time: 1 << 40, Cookie: 1, Flow: flowA, SendCalls: n})
-		pk := aggregate.PeerKey{Netns: 7, Comm: "curl", Side: record.RoleClient, Remote: flowA.Remote.Addr(), RemotePort: 80}
+		pk := record.PeerKey{Netns: 7, Comm: "curl", Side: record.RoleClient, Remote: flowA.Remote.Addr(), RemotePort: 80}
 		w.Diagnoses(Diagnoses{Scope: ScopePeer, Peer: &pk, Exchanges: n, Diagnoses: want[0].Diagnoses})
 	})
 	var g got

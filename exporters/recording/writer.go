@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/jsonl"
+	"github.com/lattrace/lattrace/record"
 )
 
 // Writer writes a recording. Its record methods make it a tracer sink; it

@@ -27,8 +27,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lattrace/lattrace/cli/report"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/exporters/recording"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )

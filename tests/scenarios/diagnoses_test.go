@@ -12,8 +12,8 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/diagnose"
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
@@ -70,7 +70,7 @@ func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
 	v.diagnoses = diagnose.OfPair(&v.pair)
 	v.flows = all.Flows()
 	s.t.Logf("%s side: %d exchanges, split %+v, turns %+v, diagnoses %v, per exchange %v", role, v.exchanges,
-		diagnose.SplitOf(&v.pair.Metrics), v.pair.Turns, names(v.diagnoses), v.perExchange)
+		v.pair.Metrics.ComponentMeans.Split(), v.pair.Turns, names(v.diagnoses), v.perExchange)
 	return v
 }
 

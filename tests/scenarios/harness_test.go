@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/bench"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
@@ -47,7 +47,7 @@ func msf(d time.Duration) float64 { return float64(d) / 1e6 }
 type collector struct {
 	mu        sync.Mutex
 	netns     map[uint32]bool
-	also      tracer.Sink
+	also      record.Sink
 	exchanges []*record.Exchange
 	opens     []record.ConnOpen
 	closes    []record.ConnClose
@@ -94,7 +94,7 @@ type scenario struct {
 	netnsA, netnsB uint32
 	// also receives every record the lab's namespaces produce (an exporter
 	// under test); set before startTracer.
-	also tracer.Sink
+	also record.Sink
 }
 
 func netnsInode(t *testing.T, name string) uint32 {

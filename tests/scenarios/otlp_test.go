@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/otelcol"
 	"github.com/lattrace/lattrace/tests/workload"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/record"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/workload"
 )
 

@@ -1,8 +1,11 @@
-// Package record holds the typed values lattrace produces about TCP
-// connections, independent of how they were read from the kernel: the tracer
-// decodes ring-buffer records into them, and every exporter, the CLI and the
-// tests consume them. Keeping them apart from the loader lets decoding,
-// aggregation and output be tested without root.
+// Package record is lattrace's model, the ground floor every other package
+// stands on: the values it produces about TCP connections (exchanges with
+// their timeline and components, connection opens and closes, exchanges in
+// progress, diagnoses), the keys that name a flow and a peer pair, and the
+// Sink interface records flow through. It knows nothing of how they were
+// read from the kernel: the tracer decodes ring-buffer records into them,
+// and the pipeline, every exporter, the CLI and the tests consume them, so
+// decoding, aggregation and output are tested without root.
 package record
 
 import (
