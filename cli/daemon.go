@@ -20,7 +20,7 @@ func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
 	var otlpOn bool
-	var maxPairs, ringMiB, maxProcs int
+	var ringMiB, maxProcs int
 	var cleanup bool
 	var cpuProfile string
 	cmd := &cobra.Command{
@@ -31,12 +31,7 @@ func newDaemon() *cobra.Command {
 			if cleanup {
 				return nil
 			}
-			// OTLP is on when asked for, or when the standard variable
-			// names an endpoint.
-			if maxPairs < 1 {
-				return usageError{fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", maxPairs)}
-			}
-			cfg.MaxPeerPairs = maxPairs
+			// The flag is in MiB; the tracer checks the bytes.
 			if ringMiB < 1 || ringMiB > 1024 || ringMiB&(ringMiB-1) != 0 {
 				return usageError{fmt.Errorf("--ring-buffer-mib %d: want a power of two from 1 to 1024", ringMiB)}
 			}
@@ -45,16 +40,9 @@ func newDaemon() *cobra.Command {
 				return usageError{fmt.Errorf("--max-procs %d: want 1 or more, or 0 for Go's default", maxProcs)}
 			}
 			cfg.Version = Version()
+			// OTLP is on when asked for, or when the standard variable
+			// names an endpoint.
 			if otlpOn || ox.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
-				if p := ox.Protocol; p != "" && p != otlp.ProtocolGRPC && p != otlp.ProtocolHTTP {
-					return usageError{fmt.Errorf("--otlp-protocol %q: want %s or %s", p, otlp.ProtocolGRPC, otlp.ProtocolHTTP)}
-				}
-				if ox.RatePerSecond < 0 {
-					return usageError{fmt.Errorf("--span-rate %v is negative", ox.RatePerSecond)}
-				}
-				if ox.SlowRatePerSecond == 0 {
-					return usageError{fmt.Errorf("--span-slow-rate 0: want more than 0, or a negative value for no bound")}
-				}
 				ox.ServiceVersion = Version()
 				cfg.OTLP = &ox
 			}
@@ -98,7 +86,7 @@ func newDaemon() *cobra.Command {
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the daemon to this file until it exits (for a report of its cost; make pgo builds from one)")
-	f.IntVar(&maxPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
+	f.IntVar(&cfg.MaxPeerPairs, "metrics-max-peer-pairs", 2000, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")
 	f.StringVar(&cfg.APIAddr, "api-addr", "", "also serve the local API on this loopback host:port")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics here (empty: off)")

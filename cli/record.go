@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
-	"github.com/lattrace/lattrace/daemon/containers"
 	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/recording"
 	"github.com/lattrace/lattrace/record"
@@ -48,17 +48,12 @@ func newRecord() *cobra.Command {
 			return usageError{errors.New("--out FILE is required: where to write the recording")}
 		case duration < time.Second || duration > 24*time.Hour:
 			return usageError{fmt.Errorf("--duration %v outside 1s..24h", duration)}
-		case sampling.Interval <= 0:
-			return usageError{fmt.Errorf("--sample-interval %v: want more than 0", sampling.Interval)}
-		case sampling.MaxPerFlow < 1 || sampling.Max < 1:
-			return usageError{errors.New("--max-samples-per-flow and --max-samples: want at least 1")}
-		case opts.DrainInterval != 0 && (opts.DrainInterval < time.Millisecond || opts.DrainInterval > 10*time.Second):
-			return usageError{fmt.Errorf("--drain-interval %v outside 1ms..10s", opts.DrainInterval)}
 		}
-		if opts.CgroupPath != "" {
-			if err := tracer.CheckCgroup2(opts.CgroupPath); err != nil {
-				return usageError{err}
-			}
+		if err := sampling.Validate(); err != nil {
+			return usageError{err}
+		}
+		if err := opts.Validate(); err != nil {
+			return usageError{err}
 		}
 		return recordRun(cmd.Context(), out, duration, sampling, opts, cmd.ErrOrStderr())
 	}
@@ -105,12 +100,10 @@ func recordRun(ctx context.Context, path string, duration time.Duration, samplin
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	// The recorder keeps every flow of the run for the closing diagnoses:
-	// nothing expires, only the table bounds evict.
-	agg := aggregate.New(aggregate.Config{MaxFlows: 1 << 16, MaxPeers: 1 << 14, FlowIdle: -1, PeerIdle: -1, CloseGrace: 24 * time.Hour})
-	sink := &recordSink{w: w, agg: agg}
-	if root, err := tracer.Cgroup2Root(); err == nil {
-		sink.containers = containers.New(root)
-	}
+	// nothing expires within the longest recording, only the table bounds
+	// evict.
+	agg := aggregate.New(aggregate.Config{MaxFlows: 1 << 16, MaxPeers: 1 << 14, FlowIdle: -1, PeerIdle: -1, CloseGrace: 48 * time.Hour})
+	sink := pipeline.New(pipeline.Config{Containers: pipeline.HostContainers()}, pipeline.Live(agg, nil), w)
 
 	runCtx, stop := context.WithTimeout(ctx, duration)
 	defer stop()
@@ -142,40 +135,6 @@ func recordRun(ctx context.Context, path string, duration time.Duration, samplin
 	return nil
 }
 
-// recordSink gives each exchange what the daemon would (its container, its
-// diagnoses) and hands the records to the recording and the aggregator.
-type recordSink struct {
-	w          *recording.Writer
-	agg        *aggregate.Aggregator
-	containers *containers.Resolver // nil without cgroup v2
-}
-
-func (s *recordSink) owner(o *record.Owner) {
-	if s.containers != nil {
-		o.ContainerID = s.containers.ContainerID(o.CgroupID)
-	}
-}
-
-func (s *recordSink) Exchange(e *record.Exchange) {
-	s.owner(&e.Owner)
-	e.Diagnoses = diagnose.Exchange(e)
-	s.agg.AddExchange(e)
-	s.w.Exchange(e)
-}
-
-func (s *recordSink) ConnOpen(o record.ConnOpen) {
-	s.agg.AddConnOpen(o)
-	s.w.ConnOpen(o)
-}
-
-func (s *recordSink) ConnClose(c record.ConnClose) {
-	s.owner(&c.Owner)
-	s.agg.AddConnClose(c)
-	s.w.ConnClose(c)
-}
-
-func (s *recordSink) Flush() { s.w.Flush() }
-
 // sampleInFlight samples the exchanges in progress every interval (at most
 // ten times a second: each read walks every socket), where the kernel lets
 // the tracer list them.
@@ -206,52 +165,29 @@ func closingDiagnoses(agg *aggregate.Aggregator) []recording.Diagnoses {
 	var out []recording.Diagnoses
 	for i := range flows {
 		f := &flows[i]
-		if ds := withBulkSenders(diagnose.Of(&f.Metrics), &f.Metrics, flows); len(ds) > 0 {
+		if ds := diagnose.WithBulkSenders(diagnose.Of(&f.Metrics), &f.Metrics, flows); len(ds) > 0 {
 			out = append(out, recording.Diagnoses{Scope: recording.ScopeFlow, Flow: &f.FlowKey, Exchanges: f.Exchanges, Diagnoses: ds})
 		}
 	}
 	peers := agg.Peers()
 	for i := range peers {
 		p := &peers[i]
-		if ds := withBulkSenders(diagnose.OfPair(p), &p.Metrics, flows); len(ds) > 0 {
+		if ds := diagnose.WithBulkSenders(diagnose.OfPair(p), &p.Metrics, flows); len(ds) > 0 {
 			out = append(out, recording.Diagnoses{Scope: recording.ScopePeer, Peer: &p.PeerKey, Exchanges: p.Exchanges, Diagnoses: ds})
 		}
 	}
 	return out
 }
 
-// withBulkSenders names, in a bufferbloat finding, the flows that moved
-// data in bulk at the time (as the API does).
-func withBulkSenders(ds []record.Diagnosis, m *aggregate.Metrics, flows []aggregate.FlowStats) []record.Diagnosis {
-	for i := range ds {
-		if ds[i].Name != diagnose.Bufferbloat {
-			continue
-		}
-		for j, b := range diagnose.BulkSenders(m, flows) {
-			if j == 3 {
-				break
-			}
-			ds[i].Related = append(ds[i].Related, fmt.Sprintf("flow %d: %s pid %d %s -> %s moved %d bytes",
-				b.Cookie, b.Owner.Comm, b.Owner.PID, b.Flow.Local, b.Flow.Remote, b.Out.Bytes+b.In.Bytes))
-		}
-	}
-	return ds
-}
-
-// hookNotes says which features the kernel left out.
+// hookNotes says which features the kernel left out, and which run
+// through a fallback.
 func hookNotes(hooks []tracer.HookStatus) []string {
-	covered := map[string]bool{}
+	var notes []string
+	for _, h := range tracer.FeaturesOff(hooks) {
+		notes = append(notes, h.Unavailable())
+	}
 	for _, h := range hooks {
 		if h.Attached && h.FallbackFor != "" {
-			covered[h.FallbackFor] = true
-		}
-	}
-	var notes []string
-	for _, h := range hooks {
-		switch {
-		case !h.Attached && !covered[h.Program]:
-			notes = append(notes, fmt.Sprintf("%s off: hook %s not attached (%s)", h.Feature, h.Hook, h.Error))
-		case h.Attached && h.FallbackFor != "":
 			notes = append(notes, fmt.Sprintf("%s: through the fallback hook %s", h.Feature, h.Hook))
 		}
 	}

@@ -187,19 +187,7 @@ func diagnoses(ds []record.Diagnosis, m *aggregate.Metrics, movers []aggregate.F
 	if ds == nil {
 		ds = []record.Diagnosis{}
 	}
-	for i := range ds {
-		if ds[i].Name != diagnose.Bufferbloat {
-			continue
-		}
-		for j, b := range diagnose.BulkSenders(m, movers) {
-			if j == 3 {
-				break
-			}
-			ds[i].Related = append(ds[i].Related, fmt.Sprintf("flow %d: %s pid %d %s -> %s moved %d bytes",
-				b.Cookie, b.Owner.Comm, b.Owner.PID, b.Flow.Local, b.Flow.Remote, b.Out.Bytes+b.In.Bytes))
-		}
-	}
-	return ds
+	return diagnose.WithBulkSenders(ds, m, movers)
 }
 
 func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/history"
-	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -97,11 +96,50 @@ type Health struct {
 	Started    time.Time `json:"started"`
 	// Status is "ok", or "degraded" when an optional hook failed or
 	// records were lost.
-	Status    string              `json:"status"`
-	Problems  []string            `json:"problems,omitempty"`
-	Hooks     []tracer.HookStatus `json:"hooks"`
-	Kernel    tracer.Counters     `json:"kernel"`
-	Aggregate aggregate.Counters  `json:"aggregate"`
+	Status    string             `json:"status"`
+	Problems  []string           `json:"problems,omitempty"`
+	Hooks     []Hook             `json:"hooks"`
+	Kernel    KernelCounters     `json:"kernel"`
+	Aggregate aggregate.Counters `json:"aggregate"`
+}
+
+// Hook says whether one of the tracer's kernel hooks is live.
+type Hook struct {
+	Program  string `json:"program"`
+	Hook     string `json:"hook"`
+	Required bool   `json:"required"`
+	// Feature is what the hook gives; it is off while the hook is not
+	// attached and no fallback stands in.
+	Feature  string `json:"feature"`
+	Attached bool   `json:"attached"`
+	// FallbackFor names the hook this one stands in for, when it is a
+	// fallback.
+	FallbackFor string `json:"fallback_for,omitempty"`
+	// Adopted: taken over, pinned, from the previous daemon.
+	Adopted bool   `json:"adopted,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// KernelCounters are the tracer's accounting: what the kernel side
+// recorded, what the daemon decoded, and every record lost on the way.
+type KernelCounters struct {
+	RingbufFull  uint64 `json:"ringbuf_full"`
+	StorageFail  uint64 `json:"storage_fail"`
+	Submitted    uint64 `json:"records_submitted"`
+	SocksTracked uint64 `json:"socks_tracked"`
+	Exchanges    uint64 `json:"exchanges_closed"`
+	TstampOff    uint64 `json:"sockets_without_tx_timestamps"`
+	// PathFull counts paths whose RTT history was dropped for another
+	// path's.
+	PathFull     uint64 `json:"path_entry_failures"`
+	Decoded      uint64 `json:"records_decoded"`
+	DecodeErrors uint64 `json:"decode_errors"`
+	// ReplaySkipped counts records a restarted daemon withheld from an
+	// output because the killed one had written them already.
+	ReplaySkipped uint64 `json:"replay_skipped,omitempty"`
+	// ReleasedUnsynced counts the times records went back to the kernel
+	// before a slow output had made them durable.
+	ReleasedUnsynced uint64 `json:"released_unsynced,omitempty"`
 }
 
 // Error is the body of every 4xx and 5xx answer.

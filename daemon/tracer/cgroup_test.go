@@ -10,12 +10,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lattrace/lattrace/daemon/cgroup"
 )
 
 // TestCgroupFilter: with a cgroup given, sockets of tasks outside it are not
 // traced and those of tasks inside are.
 func TestCgroupFilter(t *testing.T) {
-	root, err := Cgroup2Root()
+	root, err := cgroup.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

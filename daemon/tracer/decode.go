@@ -6,7 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/lattrace/lattrace/daemon/latency"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -140,8 +139,8 @@ func connOpen(c *lattraceLtConnOpen) record.ConnOpen {
 
 func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// exchange converts the kernel's record into e, overwriting all of it, and
-// computes its components. Filling one reused record instead of a new one
+// exchange converts the kernel's record into e, overwriting all of it; the
+// pipeline computes its components. Filling one reused record instead of a new one
 // per exchange spares the garbage collector some 600 bytes per record.
 func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 	has := func(f lattraceLtExchangeFlag) bool { return x.Flags&uint32(f) != 0 }
@@ -193,5 +192,4 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(x.AckRttUs)
 	}
-	latency.Attribute(e)
 }

@@ -1,15 +1,11 @@
 package tracer
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
 // hook is one program and where it attaches. Required hooks are the ones
@@ -39,6 +35,29 @@ type HookStatus struct {
 	// Adopted: taken over, pinned, from the previous daemon.
 	Adopted bool   `json:"adopted,omitempty"`
 	Error   string `json:"error,omitempty"`
+}
+
+// Unavailable says in one line that h's feature is off, and why.
+func (h HookStatus) Unavailable() string {
+	return fmt.Sprintf("hook %s not attached (%s): %s", h.Hook, h.Feature, h.Error)
+}
+
+// FeaturesOff returns the hooks whose features are off: not attached, and
+// no attached fallback stands in for them.
+func FeaturesOff(hooks []HookStatus) []HookStatus {
+	covered := map[string]bool{}
+	for _, h := range hooks {
+		if h.Attached && h.FallbackFor != "" {
+			covered[h.FallbackFor] = true
+		}
+	}
+	var off []HookStatus
+	for _, h := range hooks {
+		if !h.Attached && !covered[h.Program] {
+			off = append(off, h)
+		}
+	}
+	return off
 }
 
 var hooks = []hook{
@@ -95,38 +114,4 @@ func attachIter(opts link.IterOptions, t *Tracer) (link.Link, error) {
 	}
 	t.inflight = it
 	return it, nil
-}
-
-// Cgroup2Root finds where the unified cgroup hierarchy is mounted: at
-// /sys/fs/cgroup on most systems, /sys/fs/cgroup/unified on hybrid ones.
-func Cgroup2Root() (string, error) {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 3 && fields[2] == "cgroup2" {
-			return fields[1], nil
-		}
-	}
-	if err := s.Err(); err != nil {
-		return "", fmt.Errorf("reading mounts: %w", err)
-	}
-	return "", errors.New("no cgroup v2 hierarchy is mounted: mount one (mount -t cgroup2 none /sys/fs/cgroup) or give --cgroup")
-}
-
-// CheckCgroup2 tells whether path is a directory of a cgroup v2 hierarchy,
-// the only place sockops programs attach.
-func CheckCgroup2(path string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return fmt.Errorf("cgroup %s: %w", path, err)
-	}
-	if st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return fmt.Errorf("cgroup %s is not in a cgroup v2 hierarchy (sockops attach only there)", path)
-	}
-	return nil
 }

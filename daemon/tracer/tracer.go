@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/lattrace/lattrace/daemon/cgroup"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -74,6 +75,25 @@ func (o *Options) defaults() {
 	}
 }
 
+// Validate checks the options before anything is loaded; zero values are
+// the defaults and always valid.
+func (o Options) Validate() error {
+	if o.DrainInterval != 0 && (o.DrainInterval < time.Millisecond || o.DrainInterval > 10*time.Second) {
+		return fmt.Errorf("drain interval %v outside 1ms..10s", o.DrainInterval)
+	}
+	if o.RingBufferBytes != 0 {
+		if err := checkRingBufferBytes(uint64(o.RingBufferBytes)); err != nil {
+			return err
+		}
+	}
+	if o.CgroupPath != "" {
+		if err := cgroup.CheckV2(o.CgroupPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DefaultDrainInterval is how often the ring buffer is emptied unless told
 // otherwise. A drain has a fixed cost besides its records (the runtime's
 // wake-ups, an export round trip to sync the OTLP backend): at 1,000
@@ -88,9 +108,9 @@ const DefaultDrainInterval = 250 * time.Millisecond
 // DefaultRingBufferBytes is the ring buffer's size unless told otherwise.
 const DefaultRingBufferBytes = 8 << 20
 
-// CheckRingBufferBytes says whether n can size the ring buffer: the
+// checkRingBufferBytes says whether n can size the ring buffer: the
 // kernel wants a power of two of at least a page.
-func CheckRingBufferBytes(n uint64) error {
+func checkRingBufferBytes(n uint64) error {
 	page := uint64(os.Getpagesize())
 	if n < page || n > 1<<30 || n&(n-1) != 0 {
 		return fmt.Errorf("ring buffer size %d: want a power of two from %d (a page) to 1 GiB", n, page)
@@ -139,6 +159,9 @@ type Tracer struct {
 // Open checks that this kernel can run lattrace, loads the programs and
 // attaches every hook it can. It fails only when a required hook is missing.
 func Open(opts Options) (*Tracer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	opts.defaults()
 	if err := checkPrivileges(); err != nil {
 		return nil, err
@@ -151,7 +174,7 @@ func Open(opts Options) (*Tracer, error) {
 	// whole node (sockops still needs a cgroup: the root).
 	filter := opts.CgroupPath != ""
 	if !filter {
-		if opts.CgroupPath, err = Cgroup2Root(); err != nil {
+		if opts.CgroupPath, err = cgroup.Root(); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +189,7 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded BPF object: %w", err)
 	}
-	if err := CheckRingBufferBytes(uint64(opts.RingBufferBytes)); err != nil {
+	if err := checkRingBufferBytes(uint64(opts.RingBufferBytes)); err != nil {
 		return nil, err
 	}
 	spec.Maps["events"].MaxEntries = opts.RingBufferBytes

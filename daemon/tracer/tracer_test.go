@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -114,11 +115,12 @@ func waitExchanges(col *collector, local netip.AddrPort, want int, deadline time
 	}
 }
 
-// runCollector drains tr into col until the returned stop is called.
+// runCollector drains tr through the pipeline (which attributes each
+// exchange's components) into col until the returned stop is called.
 func runCollector(t testing.TB, tr *Tracer, col record.Sink) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx, col) }()
+	go func() { done <- tr.Run(ctx, pipeline.New(pipeline.Config{}, col)) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -1,6 +1,8 @@
 package recording
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/lattrace/lattrace/record"
@@ -45,6 +47,17 @@ type Sampling struct {
 	// MaxPerFlow and Max cap the samples of one flow and of the file.
 	MaxPerFlow int `json:"max_samples_per_flow"`
 	Max        int `json:"max_samples"`
+}
+
+// Validate checks the sampling before a recording starts.
+func (s Sampling) Validate() error {
+	switch {
+	case s.Interval <= 0:
+		return fmt.Errorf("--sample-interval %v: want more than 0", s.Interval)
+	case s.MaxPerFlow < 1 || s.Max < 1:
+		return errors.New("--max-samples-per-flow and --max-samples: want at least 1")
+	}
+	return nil
 }
 
 // Default sampling.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/daemon/cgroup"
 	"github.com/lattrace/lattrace/tests/workload"
 )
 
@@ -84,7 +84,7 @@ func MeasureOverload(ctx context.Context, env *Env, self string, conns int, d ti
 // Cgroup makes a cgroup v2 directory of that name under the root, for
 // traffic of its own; remove deletes it once its processes are gone.
 func Cgroup(name string) (dir string, remove func(), err error) {
-	root, err := tracer.Cgroup2Root()
+	root, err := cgroup.Root()
 	if err != nil {
 		return "", nil, err
 	}

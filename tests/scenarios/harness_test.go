@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/bench"
@@ -135,7 +136,7 @@ func (s *scenario) startTracer(opts tracer.Options) {
 	s.col.also = s.also
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx, s.col) }()
+	go func() { done <- tr.Run(ctx, pipeline.New(pipeline.Config{}, s.col)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
+)
+
+// health is the API's view of the daemon: hooks, counters, and whether
+// anything is being lost.
+func (d *Daemon) health() api.Health {
+	hooks := d.tracer.Hooks()
+	h := api.Health{Version: d.cfg.Version, Started: d.start, Status: "ok", Hooks: make([]api.Hook, len(hooks)), Aggregate: d.agg.Stats()}
+	for i, hk := range hooks {
+		h.Hooks[i] = api.Hook(hk)
+	}
+	c, err := d.tracer.Counters()
+	if err != nil {
+		h.Problems = append(h.Problems, "reading the kernel counters: "+err.Error())
+	}
+	h.Kernel = api.KernelCounters(c)
+	// A hook whose fallback stands in is no problem: the fallback's own
+	// status says what it covers.
+	for _, hk := range tracer.FeaturesOff(hooks) {
+		h.Problems = append(h.Problems, hk.Unavailable())
+	}
+	if c.RingbufFull > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d records lost: the ring buffer was full", c.RingbufFull))
+	}
+	if c.StorageFail > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d sockets not followed: socket storage allocation failed", c.StorageFail))
+	}
+	if c.DecodeErrors > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d records could not be decoded", c.DecodeErrors))
+	}
+	if len(h.Problems) > 0 {
+		h.Status = "degraded"
+	}
+	return h
+}
+
+// inFlight reads the exchanges in progress for the API; without the
+// iterator (see the health's hooks) there are none to show.
+func (d *Daemon) inFlight() []record.InFlight {
+	ins, err := d.tracer.InFlight()
+	if err != nil && !errors.Is(err, tracer.ErrNoInflight) {
+		d.log.Warn("exchanges in progress", "err", err)
+	}
+	return ins
+}
+
+// serveHealth puts the daemon's own counters on /metrics (drops in the
+// kernel, decoding, the aggregator's bounds, the exporters' queues) and
+// answers the probes: the daemon answers while it traces (its required
+// hooks are attached, or New would have failed), with the API's health,
+// problems included, as the body.
+func (d *Daemon) serveHealth() {
+	p := d.prom
+	if p == nil {
+		return
+	}
+	kernel := func(f func(tracer.Counters) uint64) func() float64 {
+		return func() float64 {
+			c, _ := d.tracer.Counters()
+			return float64(f(c))
+		}
+	}
+	p.Counter("lattrace_ringbuf_full_total", "records lost in the kernel: the ring buffer was full", kernel(func(c tracer.Counters) uint64 { return c.RingbufFull }))
+	p.Counter("lattrace_storage_fail_total", "sockets lattrace could not follow: socket storage allocation failed", kernel(func(c tracer.Counters) uint64 { return c.StorageFail }))
+	p.Counter("lattrace_records_submitted_total", "records the kernel side submitted", kernel(func(c tracer.Counters) uint64 { return c.Submitted }))
+	p.Counter("lattrace_records_decoded_total", "records the daemon decoded", kernel(func(c tracer.Counters) uint64 { return c.Decoded }))
+	p.Counter("lattrace_decode_errors_total", "records the daemon could not decode", kernel(func(c tracer.Counters) uint64 { return c.DecodeErrors }))
+	p.Counter("lattrace_released_unsynced_total", "times records were released to the kernel before every output made them durable (a slow backend held half the ring)", kernel(func(c tracer.Counters) uint64 { return c.ReleasedUnsynced }))
+	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
+	if x := d.otlp; x != nil {
+		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
+		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
+		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })
+		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
+	}
+	if j := d.jsonl; j != nil {
+		p.Counter("lattrace_jsonl_dropped_total", "records not written to the JSON lines output", func() float64 { return float64(j.Dropped()) })
+	}
+	p.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := d.health()
+		h.APIVersion = api.Version
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(h)
+	}))
+}
+
+// healthInterval is how often the daemon logs its counters when a drop
+// counter moved: a loss shows up within a minute, not at exit.
+const healthInterval = time.Minute
+
+func (d *Daemon) reportHealth(ctx context.Context) {
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	var lastDrops uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c, err := d.tracer.Counters()
+			if err != nil {
+				continue
+			}
+			if n := drops(c); n != lastDrops {
+				lastDrops = n
+				d.logCounters(slog.LevelWarn, "records lost", c, d.agg.Stats())
+			}
+		}
+	}
+}
+
+// logStopped gives the final counters, as a warning when records were lost.
+func (d *Daemon) logStopped() {
+	c, err := d.tracer.Counters()
+	if err != nil {
+		d.log.Warn("reading counters", "err", err)
+	}
+	if drops(c) > 0 {
+		d.logCounters(slog.LevelWarn, "stopped: records lost", c, d.agg.Stats())
+	} else {
+		d.logCounters(slog.LevelInfo, "stopped", c, d.agg.Stats())
+	}
+}
+
+// drops counts what the kernel side could not record or hand over. A path
+// slot taken over (PathFull) loses RTT history, not records.
+func drops(c tracer.Counters) uint64 {
+	return c.RingbufFull + c.StorageFail + c.DecodeErrors
+}
+
+func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a aggregate.Counters) {
+	d.log.Log(context.Background(), level, msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
+		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
+		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff, "released_unsynced", c.ReleasedUnsynced,
+		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
+}
