@@ -47,9 +47,9 @@ type pairKey struct {
 // The latency metrics are counted here, per peer pair, and handed to the
 // OpenTelemetry SDK's readers as a metric Producer at each collection (the
 // OTLP push, a /metrics scrape): the SDK's own instruments normalise the
-// attributes of every measurement, which at 50,000 exchanges/s cost most
-// of the daemon's CPU. A pair's counts are a few array increments under
-// one lock; the data model, temporality and export stay the SDK's.
+// attributes of every measurement, which costs more per exchange than the
+// rest of the daemon's work. A pair's counts are a few array increments
+// under one lock; the data model, temporality and export stay the SDK's.
 
 var componentNames = [8]string{
 	StageNetwork, StageSendWait, StageLossRecovery, StageHandshake,

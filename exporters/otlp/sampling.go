@@ -1,0 +1,87 @@
+package otlp
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// sampler decides which exchanges become spans, in one place: every
+// exchange at least threshold long, within the slow budget, and a random
+// sample of the rest at a steady rate. It counts its decisions for Stats.
+type sampler struct {
+	threshold time.Duration // negative: no exchange counts as slow
+	slow      bucket        // the budget of slow spans; rate <= 0: no bound
+	random    bucket        // the rate sample
+
+	sampledSlow, slowOverBudget, sampledRate, dropped atomic.Uint64
+}
+
+func (s *sampler) init(cfg Config) {
+	s.threshold = cfg.SlowThreshold
+	s.slow.init(cfg.SlowRatePerSecond, max(1, int(cfg.SlowRatePerSecond)))
+	s.random.init(cfg.RatePerSecond, cfg.Burst)
+}
+
+// sample tells whether e is exported as spans. A slow exchange beyond the
+// budget does not fall through to the rate sample: in a connection storm
+// every exchange is slow, and the budget is what bounds their spans.
+func (s *sampler) sample(e *record.Exchange) bool {
+	switch {
+	case s.threshold >= 0 && e.Duration >= s.threshold:
+		if s.slow.rate > 0 && !s.slow.take(e.Time) {
+			s.slowOverBudget.Add(1)
+			return false
+		}
+		s.sampledSlow.Add(1)
+		return true
+	case s.random.take(e.Time):
+		s.sampledRate.Add(1)
+		return true
+	default:
+		s.dropped.Add(1)
+		return false
+	}
+}
+
+// bucket is a token bucket on the exchanges' own clock: reading the
+// system clock for every exchange would cost more than the rest of the
+// sampling.
+type bucket struct {
+	mu     sync.Mutex
+	rate   float64 // tokens per second
+	burst  float64
+	tokens float64
+	last   record.Mono // 0: not yet started
+}
+
+func (b *bucket) init(rate float64, burst int) {
+	b.rate, b.burst, b.tokens = rate, float64(burst), float64(burst)
+}
+
+// take spends a token if there is one at now, an exchange's end.
+func (b *bucket) take(now record.Mono) bool {
+	if b.rate <= 0 {
+		return false
+	}
+	if now == 0 { // an exchange without a time: the bucket's clock must still run
+		now = record.Now()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Records of different CPUs arrive slightly out of order: time only
+	// moves forward here.
+	if now > b.last {
+		if b.last != 0 {
+			b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		}
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return true
+	}
+	return false
+}
