@@ -15,6 +15,7 @@ import (
 	"github.com/lattrace/lattrace/cli/top"
 	"github.com/lattrace/lattrace/daemon"
 	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
 func newTop() *cobra.Command {
@@ -109,7 +110,7 @@ func topSource(ctx context.Context, target string, explicit bool, logFile string
 	// The screen owns the terminal: the tracer's log must not draw on it.
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	sock := filepath.Join(dir, "api.sock")
-	d, err := daemon.New(daemon.Config{Output: "none", APISocket: sock, MaxPeerPairs: 2000, Version: Version()}, log)
+	d, err := daemon.New(daemon.Config{Output: "none", APISocket: sock, MaxPeerPairs: otlp.DefaultMaxPeerPairs, Version: Version()}, log)
 	if err != nil {
 		os.RemoveAll(dir)
 		return topSrc{}, fmt.Errorf("no daemon at %s, and tracing in-process failed: %w", target, err)

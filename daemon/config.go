@@ -54,5 +54,10 @@ func (c Config) Validate() error {
 	if err := c.Tracer.Validate(); err != nil {
 		return err
 	}
+	if c.OTLP != nil {
+		if err := c.OTLP.Validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }

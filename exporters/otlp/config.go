@@ -75,7 +75,7 @@ type Config struct {
 	MetricReaders []sdkmetric.Reader
 	// MaxPeerPairs caps the distinct peer pairs (comm, remote address,
 	// server port, role) in the metrics; further pairs are folded into
-	// one "other" pair (default 2000). The SDK's cardinality limit is set
+	// one "other" pair (default DefaultMaxPeerPairs). The SDK's cardinality limit is set
 	// above it as a second bound.
 	MaxPeerPairs int
 
@@ -95,6 +95,10 @@ type Config struct {
 // the metrics still count every exchange. What a larger budget costs in a
 // connection storm is in docs/configuration.md (span_slow_rate).
 const DefaultSlowRate = 100
+
+// DefaultMaxPeerPairs is the default bound on the peer pairs in the
+// metrics.
+const DefaultMaxPeerPairs = 2000
 
 // Protocols the exporter speaks (OTEL_EXPORTER_OTLP_PROTOCOL's values).
 const (
@@ -176,7 +180,7 @@ func (c *Config) defaults() {
 		c.MetricInterval = 15 * time.Second
 	}
 	if c.MaxPeerPairs == 0 {
-		c.MaxPeerPairs = 2000
+		c.MaxPeerPairs = DefaultMaxPeerPairs
 	}
 	if c.Burst == 0 {
 		c.Burst = max(1, int(c.RatePerSecond))
