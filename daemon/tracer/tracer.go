@@ -75,8 +75,10 @@ func (o *Options) defaults() {
 	}
 }
 
-// Validate checks the options before anything is loaded; zero values are
-// the defaults and always valid.
+// Validate checks options a person gave (flags, the config file) before
+// anything is loaded; zero values are the defaults and always valid. Open
+// does not call it: tests drain on other schedules than a person may ask
+// for.
 func (o Options) Validate() error {
 	if o.DrainInterval != 0 && (o.DrainInterval < time.Millisecond || o.DrainInterval > 10*time.Second) {
 		return fmt.Errorf("drain interval %v outside 1ms..10s", o.DrainInterval)
@@ -159,9 +161,6 @@ type Tracer struct {
 // Open checks that this kernel can run lattrace, loads the programs and
 // attaches every hook it can. It fails only when a required hook is missing.
 func Open(opts Options) (*Tracer, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
 	opts.defaults()
 	if err := checkPrivileges(); err != nil {
 		return nil, err
