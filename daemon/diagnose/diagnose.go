@@ -1,9 +1,9 @@
 // Package diagnose turns a flow's or a peer pair's statistics into named
 // findings a person can act on: what is slow, how much of the latency it
-// explains, the numbers behind it and the fix. The rules are the seed
-// studies' findings (docs/latency-model.md, "Diagnoses it enables"); each
-// reads only the aggregate's metrics, so the daemon, the API, `top` and
-// `explain` all say the same thing.
+// explains, the numbers behind it and the fix. Each rule reads only the
+// aggregate's metrics, so the daemon, the API, `top` and `explain` all say
+// the same thing; docs/diagnoses.md lists the rules and the runs that
+// prove them.
 package diagnose
 
 import (
@@ -40,9 +40,9 @@ const (
 const (
 	minShare      = 0.20
 	criticalShare = 0.50
-	// manyTurns is the mean turns per exchange above which the turns
-	// themselves are the finding: a request/response needs 2.
-	manyTurns = 4
+	// manyExchangeTurns is the mean turns per exchange above which the
+	// turns themselves are the finding: a request/response needs 2.
+	manyExchangeTurns = 4
 	// manyBurstTurns and manyBurstExchanges are the same for a burst of
 	// back-to-back exchanges: three round trips where one could do (the
 	// last exchange before a close has one turn, not two).
@@ -64,7 +64,8 @@ const (
 	// connection.
 	minPaid = 0.25
 	// asymmetric is the ratio of the two directions' transfer rates from
-	// which the difference is a finding (seed 001 saw 71 vs 2.5 Mbit/s).
+	// which the difference is a finding (docs/diagnoses.md has the paths
+	// behind it).
 	asymmetric = 3
 	// minPart is the least time a part must take to be named at all: on a
 	// loopback exchange of 100 us, 30 us of scheduling is a large share
@@ -75,217 +76,15 @@ const (
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
 func Of(m *aggregate.Metrics) []record.Diagnosis {
-	n := m.Exchanges - m.Partial
-	mean := m.Duration.Mean
-	if n == 0 || mean <= 0 {
+	if m.Exchanges-m.Partial == 0 || m.Duration.Mean <= 0 {
 		return nil
 	}
-	c := m.ComponentMeans
-	share := func(d time.Duration) float64 {
-		if d < minPart {
-			return 0
-		}
-		return float64(d) / float64(mean)
-	}
-	sev := func(s float64) record.Severity {
-		if s >= criticalShare {
-			return record.SeverityCritical
-		}
-		return record.SeverityWarning
-	}
+	f := newFacts(m)
 	var out []record.Diagnosis
-	add := func(d record.Diagnosis) { out = append(out, d) }
-
-	// Send wait, by cause. For a transfer (a message of many segments)
-	// the kernel's own view of why data waits flickers between the window
-	// and "other" from one hook to the next, so both count as the window:
-	// a transfer that waits is limited by the congestion window or the
-	// bottleneck behind it. For small messages "other" is a stall of its
-	// own (Nagle, cork). Slow start after idle is the window wait of
-	// exchanges whose window was restarted by an idle gap.
-	transfer := m.Exchanges > 0 && m.Out.Bytes/m.Exchanges >= aggregate.TransferBytes
-	windowWait, otherWait := c.SendWaitCwnd, c.SendWaitOther
-	if transfer {
-		windowWait, otherWait = windowWait+otherWait, 0
-	}
-	if s := share(windowWait); s >= minShare {
-		restarted := float64(m.Cwnd.Restarts) / float64(m.Exchanges)
-		if restarted >= minRestarted && m.SlowStartAfterIdle {
-			// Each round trip of waiting lets one more window out; the
-			// wait belongs to the restarted exchanges.
-			var rounds float64
-			if c.Propagation > 0 {
-				rounds = float64(windowWait) / float64(c.Propagation) / restarted
-			}
-			add(record.Diagnosis{
-				Name: SlowStartAfterIdle, Severity: sev(s), Share: s,
-				Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which %s restarted after idle on %s of exchanges (cwnd %d..%d segments, tcp_slow_start_after_idle=1): %.1f extra round trips each",
-					pct(s), ccName(m.CongestionControl), pct(restarted), m.Cwnd.Min, m.Cwnd.Max, rounds),
-				Evidence: []record.Evidence{
-					msEv("send_wait_window_mean", windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
-					percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
-					segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
-					flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
-				},
-				Fix: "set net.ipv4.tcp_slow_start_after_idle=0 (a per-namespace sysctl: the pod's securityContext.sysctls in Kubernetes), or use BBR, which keeps its window across idle",
-			})
-		} else {
-			add(record.Diagnosis{
-				Name: CwndLimited, Severity: sev(s), Share: s,
-				Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window or a thin bottleneck: the app got %s/s while it waited (cwnd %d..%d segments, %s retransmitted)",
-					pct(s), rateText(m.Out.Goodput), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
-				Evidence: []record.Evidence{
-					msEv("send_wait_window_mean", windowWait), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
-					count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
-				},
-				Fix: "the transfer is limited by the congestion window or a thin bottleneck: check the path's capacity and loss; a larger initial window (ip route ... initcwnd) helps short transfers, BBR helps lossy long paths",
-			})
+	for _, r := range rules {
+		if d, ok := r(&f); ok {
+			out = append(out, d)
 		}
-	}
-	if s := share(c.SendWaitRwnd); s >= minShare {
-		add(record.Diagnosis{
-			Name: RwndLimited, Severity: sev(s), Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is waiting for the peer's receive window: the peer reads slowly or its receive buffer is small", pct(s)),
-			Evidence: []record.Evidence{msEv("send_wait_rwnd_mean", c.SendWaitRwnd)},
-			Fix:      "on the peer: read faster, or raise its receive buffer (net.ipv4.tcp_rmem, or stop setting a small SO_RCVBUF)",
-		})
-	}
-	if s := share(c.SendWaitSndbuf); s >= minShare {
-		add(record.Diagnosis{
-			Name: SndbufLimited, Severity: sev(s), Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is the application blocked on a full local send buffer", pct(s)),
-			Evidence: []record.Evidence{msEv("send_wait_sndbuf_mean", c.SendWaitSndbuf)},
-			Fix:      "raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)",
-		})
-	}
-	if s := share(otherWait); s >= minShare {
-		add(record.Diagnosis{
-			Name: SendStall, Severity: sev(s), Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is data held in the local kernel with the windows open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces", pct(s)),
-			Evidence: []record.Evidence{msEv("send_wait_other_mean", otherWait)},
-			Fix:      "if the app writes a message in pieces with Nagle on, set TCP_NODELAY or write it in one call; with BBR or the fq qdisc this is pacing, which spreads a burst over the round trip on purpose",
-		})
-	}
-	// Queueing above the path's minimum: bufferbloat.
-	if s := share(c.Queueing); s >= minShare && c.Queueing > c.Propagation/2 {
-		add(record.Diagnosis{
-			Name: Bufferbloat, Severity: sev(s), Share: s,
-			Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
-				pct(s), dur(c.Network), dur(c.Propagation)),
-			Evidence: []record.Evidence{
-				msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
-				msEv("path_rtt_p50", m.RTT.Path.P50), msEv("path_rtt_p99", m.RTT.Path.P99),
-			},
-			Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
-		})
-	}
-	if s := share(c.LossRecovery); s >= minShare/2 || m.RTOs > 0 && s > 0 {
-		add(record.Diagnosis{
-			Name: Loss, Severity: sev(s), Share: s,
-			Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s",
-				pct(s), lossWords(m)),
-			Evidence: []record.Evidence{
-				msEv("loss_recovery_mean", c.LossRecovery), msEv("loss_recovery_max", m.Components.LossRecovery.Max),
-				count("retransmits", m.Retransmits), count("rtos", m.RTOs),
-			},
-			Fix: "packets are lost on the path: look for drops on the interfaces and queues (ip -s link, tc -s qdisc); timeouts cost most on short flows",
-		})
-	}
-	// The incoming message's own transfer: the peer sent it over several
-	// round trips. Its reasons are on the peer's side.
-	if s := share(c.Receive); s >= minShare {
-		add(record.Diagnosis{
-			Name: ReceiveLimited, Severity: record.SeverityInfo, Share: s,
-			Summary: fmt.Sprintf("%s of the latency is the incoming message's own transfer (%s from its first byte to its last, %s/s): the peer sends it in several rounds",
-				pct(s), dur(c.Receive), rateText(m.In.TransferRate)),
-			Evidence: []record.Evidence{msEv("receive_mean", c.Receive), rate("transfer_rate_in", m.In.TransferRate), msEv("network_mean", c.Network)},
-			Fix:      "the sender's window, its pacing or a thin path sets the pace: lattrace on the peer shows which; large responses gain from a larger initial window there, or from being smaller",
-		})
-	}
-	// Connections that carry few exchanges each: a long connection whose
-	// one handshake was slow (a lost SYN) is not a connection per request.
-	if paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1)); share(c.Handshake) >= minShare && paid >= minPaid {
-		s := share(c.Handshake)
-		add(record.Diagnosis{
-			Name: ConnPerRequest, Severity: sev(s), Share: s,
-			Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",
-				pct(s), pct(paid), dur(time.Duration(float64(m.Components.Handshake.Mean)/max(paid, 0.01)))),
-			Evidence: []record.Evidence{msEv("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
-			Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
-		})
-	}
-	// Turns each wait for the path's round trip: the finding is their
-	// number and what distance does to it. It explains the propagation
-	// part (queueing is a finding of its own) of all round trips of a
-	// burst but one, which batching would save.
-	if s := share(c.Propagation); s >= minShare && (chatty(&m.Turns) || m.Turns.PerExchangeMean >= manyTurns) {
-		t := m.Turns
-		if chatty(&t) {
-			s *= 1 - 1/t.ExchangesPerBurstMean
-		}
-		d := record.Diagnosis{Name: ManyTurns, Severity: sev(s), Share: s,
-			Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
-		if chatty(&t) {
-			d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
-				t.ExchangesPerBurstMean, t.PerBurstMean, t.PerBurstMax, t.PerBurstMean/2)
-		} else {
-			d.Summary = fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every millisecond more between the ends costs %.1f ms per exchange",
-				t.PerExchangeMean, t.PerExchangeMax, t.PerExchangeMean/2)
-		}
-		d.Evidence = []record.Evidence{
-			{Name: "turns_per_burst", Value: t.PerBurstMean}, {Name: "exchanges_per_burst", Value: t.ExchangesPerBurstMean},
-			count("turns_per_burst_max", uint64(t.PerBurstMax)), count("bursts", t.Bursts),
-			{Name: "turns_per_exchange", Value: t.PerExchangeMean}, msEv("network_mean", c.Network),
-		}
-		if s >= minShare {
-			add(d)
-		}
-	}
-	// The app parts: not a fault of the network, said plainly.
-	if s := share(c.Peer); s >= criticalShare {
-		add(record.Diagnosis{
-			Name: PeerThink, Severity: record.SeverityInfo, Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
-			Evidence: []record.Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
-			Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
-		})
-	}
-	// A healthy process reads within microseconds; a millisecond is a busy
-	// machine's scheduling, a finding only from several.
-	if s := share(c.LocalRead); s >= minShare && c.LocalRead >= minLocalRead {
-		add(record.Diagnosis{
-			Name: LocalRead, Severity: sev(s), Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
-			Evidence: []record.Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
-			Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
-		})
-	}
-	if s := share(c.Think); s >= criticalShare {
-		add(record.Diagnosis{
-			Name: LocalThink, Severity: record.SeverityInfo, Share: s,
-			Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
-			Evidence: []record.Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
-			Fix:      "profile this service: the time is spent between reading the request and writing the response",
-		})
-	}
-	// The path carries much more one way than the other (a NAT, an
-	// asymmetric link). It is about rate, not a share of latency.
-	if up, down := m.Out.TransferRate, m.In.TransferRate; m.Out.Transfers > 0 && m.In.Transfers > 0 && up > 0 && down > 0 &&
-		max(up, down) >= asymmetric*min(up, down) {
-		slow := "outgoing"
-		if down < up {
-			slow = "incoming"
-		}
-		add(record.Diagnosis{
-			Name: Asymmetry, Severity: record.SeverityWarning,
-			Summary: fmt.Sprintf("transfers run %.1f times slower %s: %s/s out against %s/s in",
-				max(up, down)/min(up, down), slow, rateText(up), rateText(down)),
-			Evidence: []record.Evidence{
-				rate("transfer_rate_out", up), rate("transfer_rate_in", down),
-				count("transfers_out", m.Out.Transfers), count("transfers_in", m.In.Transfers),
-			},
-			Fix: "the path is asymmetric: look for a NAT, a shaper or an asymmetric link on the slow direction, or place the big transfers where the path is fast",
-		})
 	}
 	// Where the time goes first: the largest share leads, the more severe
 	// of two equal shares first.
@@ -298,8 +97,333 @@ func Of(m *aggregate.Metrics) []record.Diagnosis {
 	return out
 }
 
-// chatty reports whether the bursts are seed 000's pattern: repeated runs
-// of a few back-to-back exchanges, each run many turns.
+// A rule is one diagnosis: it reads the facts and names its finding, or
+// reports false.
+type rule func(f *facts) (record.Diagnosis, bool)
+
+// rules run in this order, which is also the order of the diagnoses of
+// equal share and severity in Of's result: its sort is stable.
+var rules = []rule{
+	slowStartAfterIdle, cwndLimited, rwndLimited, sndbufLimited, sendStall,
+	bufferbloat, loss, receiveLimited, connPerRequest, manyTurns,
+	peerThink, localRead, localThink, asymmetry,
+}
+
+// facts is what the rules read: the metrics and the values Of derives from
+// them once.
+type facts struct {
+	m *aggregate.Metrics
+	c *record.Components // m's component means
+	// windowWait and otherWait are the send wait by cause. For a transfer
+	// (a message of many segments) the kernel's own view of why data waits
+	// flickers between the window and "other" from one hook to the next,
+	// so both count as the window: a transfer that waits is limited by the
+	// congestion window or the bottleneck behind it. For small messages
+	// "other" is a stall of its own (Nagle, cork).
+	windowWait, otherWait time.Duration
+}
+
+func newFacts(m *aggregate.Metrics) facts {
+	f := facts{m: m, c: &m.ComponentMeans, windowWait: m.ComponentMeans.SendWaitCwnd, otherWait: m.ComponentMeans.SendWaitOther}
+	if m.Exchanges > 0 && m.Out.Bytes/m.Exchanges >= aggregate.TransferBytes {
+		f.windowWait, f.otherWait = f.windowWait+f.otherWait, 0
+	}
+	return f
+}
+
+// share is the part of the mean latency d explains; zero below minPart.
+func (f *facts) share(d time.Duration) float64 {
+	if d < minPart {
+		return 0
+	}
+	return float64(d) / float64(f.m.Duration.Mean)
+}
+
+// restarted is the share of exchanges whose congestion window restarted
+// after idle; afterIdle reports whether the restarts, not the path,
+// explain the window wait.
+func (f *facts) restarted() (share float64, afterIdle bool) {
+	share = float64(f.m.Cwnd.Restarts) / float64(f.m.Exchanges)
+	return share, share >= minRestarted && f.m.SlowStartAfterIdle
+}
+
+// severity is a warning's or, from criticalShare, a critical one's.
+func severity(share float64) record.Severity {
+	if share >= criticalShare {
+		return record.SeverityCritical
+	}
+	return record.SeverityWarning
+}
+
+// slowStartAfterIdle is the window wait of exchanges whose window was
+// restarted by an idle gap.
+func slowStartAfterIdle(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(f.windowWait)
+	restarted, afterIdle := f.restarted()
+	if s < minShare || !afterIdle {
+		return record.Diagnosis{}, false
+	}
+	// Each round trip of waiting lets one more window out; the wait
+	// belongs to the restarted exchanges.
+	var rounds float64
+	if c.Propagation > 0 {
+		rounds = float64(f.windowWait) / float64(c.Propagation) / restarted
+	}
+	return record.Diagnosis{
+		Name: SlowStartAfterIdle, Severity: severity(s), Share: s,
+		Summary: fmt.Sprintf("%s of the latency is waiting for the congestion window, which %s restarted after idle on %s of exchanges (cwnd %d..%d segments, tcp_slow_start_after_idle=1): %.1f extra round trips each",
+			pct(s), ccName(m.CongestionControl), pct(restarted), m.Cwnd.Min, m.Cwnd.Max, rounds),
+		Evidence: []record.Evidence{
+			msEv("send_wait_window_mean", f.windowWait), count("cwnd_restarts", m.Cwnd.Restarts),
+			percent("exchanges_restarted", restarted), {Name: "extra_round_trips", Value: rounds},
+			segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+			flag("tcp_slow_start_after_idle", m.SlowStartAfterIdle),
+		},
+		Fix: "set net.ipv4.tcp_slow_start_after_idle=0 (a per-namespace sysctl: the pod's securityContext.sysctls in Kubernetes), or use BBR, which keeps its window across idle",
+	}, true
+}
+
+// cwndLimited is the window wait when no idle restart explains it.
+func cwndLimited(f *facts) (record.Diagnosis, bool) {
+	m := f.m
+	s := f.share(f.windowWait)
+	if _, afterIdle := f.restarted(); s < minShare || afterIdle {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: CwndLimited, Severity: severity(s), Share: s,
+		Summary: fmt.Sprintf("%s of the latency is data waiting for the congestion window or a thin bottleneck: the app got %s/s while it waited (cwnd %d..%d segments, %s retransmitted)",
+			pct(s), rateText(m.Out.Goodput), m.Cwnd.Min, m.Cwnd.Max, countOf(m.Retransmits, "segment")),
+		Evidence: []record.Evidence{
+			msEv("send_wait_window_mean", f.windowWait), segs("cwnd_min", m.Cwnd.Min), segs("cwnd_max", m.Cwnd.Max),
+			count("retransmits", m.Retransmits), rate("goodput_out", m.Out.Goodput),
+		},
+		Fix: "the transfer is limited by the congestion window or a thin bottleneck: check the path's capacity and loss; a larger initial window (ip route ... initcwnd) helps short transfers, BBR helps lossy long paths",
+	}, true
+}
+
+// The send wait of a cause other than the congestion window: named from
+// minShare, the wait its one piece of evidence.
+var (
+	rwndLimited = sendWaitRule(RwndLimited, "send_wait_rwnd_mean",
+		func(f *facts) time.Duration { return f.c.SendWaitRwnd },
+		"waiting for the peer's receive window: the peer reads slowly or its receive buffer is small",
+		"on the peer: read faster, or raise its receive buffer (net.ipv4.tcp_rmem, or stop setting a small SO_RCVBUF)")
+	sndbufLimited = sendWaitRule(SndbufLimited, "send_wait_sndbuf_mean",
+		func(f *facts) time.Duration { return f.c.SendWaitSndbuf },
+		"the application blocked on a full local send buffer",
+		"raise the send buffer (net.ipv4.tcp_wmem, or stop setting a small SO_SNDBUF)")
+	// sendStall is the wait of small messages with the windows open.
+	sendStall = sendWaitRule(SendStall, "send_wait_other_mean",
+		func(f *facts) time.Duration { return f.otherWait },
+		"data held in the local kernel with the windows open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces",
+		"if the app writes a message in pieces with Nagle on, set TCP_NODELAY or write it in one call; with BBR or the fq qdisc this is pacing, which spreads a burst over the round trip on purpose")
+)
+
+// sendWaitRule is the rule for the send wait wait returns: what the wait
+// is completes its summary, "N % of the latency is ...".
+func sendWaitRule(name record.DiagnosisName, evidence string, wait func(*facts) time.Duration, what, fix string) rule {
+	return func(f *facts) (record.Diagnosis, bool) {
+		w := wait(f)
+		s := f.share(w)
+		if s < minShare {
+			return record.Diagnosis{}, false
+		}
+		return record.Diagnosis{
+			Name: name, Severity: severity(s), Share: s,
+			Summary:  pct(s) + " of the latency is " + what,
+			Evidence: []record.Evidence{msEv(evidence, w)},
+			Fix:      fix,
+		}, true
+	}
+}
+
+// bufferbloat is queueing above the path's minimum round trip; below half
+// that minimum it is the path's own jitter.
+func bufferbloat(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.Queueing)
+	if s < minShare || c.Queueing <= c.Propagation/2 {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: Bufferbloat, Severity: severity(s), Share: s,
+		Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
+			pct(s), dur(c.Network), dur(c.Propagation)),
+		Evidence: []record.Evidence{
+			msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
+			msEv("path_rtt_p50", m.RTT.Path.P50), msEv("path_rtt_p99", m.RTT.Path.P99),
+		},
+		Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
+	}, true
+}
+
+// loss is named from half the usual share, and from any share at all once
+// a retransmission timed out: a timeout is costly even when rare.
+func loss(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.LossRecovery)
+	if !(s >= minShare/2 || m.RTOs > 0 && s > 0) {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: Loss, Severity: severity(s), Share: s,
+		Summary: fmt.Sprintf("%s of the latency is recovering lost segments: %s",
+			pct(s), lossWords(m)),
+		Evidence: []record.Evidence{
+			msEv("loss_recovery_mean", c.LossRecovery), msEv("loss_recovery_max", m.Components.LossRecovery.Max),
+			count("retransmits", m.Retransmits), count("rtos", m.RTOs),
+		},
+		Fix: "packets are lost on the path: look for drops on the interfaces and queues (ip -s link, tc -s qdisc); timeouts cost most on short flows",
+	}, true
+}
+
+// receiveLimited is the incoming message's own transfer: the peer sent it
+// over several round trips. Its reasons are on the peer's side.
+func receiveLimited(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.Receive)
+	if s < minShare {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: ReceiveLimited, Severity: record.SeverityInfo, Share: s,
+		Summary: fmt.Sprintf("%s of the latency is the incoming message's own transfer (%s from its first byte to its last, %s/s): the peer sends it in several rounds",
+			pct(s), dur(c.Receive), rateText(m.In.TransferRate)),
+		Evidence: []record.Evidence{msEv("receive_mean", c.Receive), rate("transfer_rate_in", m.In.TransferRate), msEv("network_mean", c.Network)},
+		Fix:      "the sender's window, its pacing or a thin path sets the pace: lattrace on the peer shows which; large responses gain from a larger initial window there, or from being smaller",
+	}, true
+}
+
+// connPerRequest is the handshakes of connections that carry few
+// exchanges each: a long connection whose one handshake was slow (a lost
+// SYN) is not a connection per request.
+func connPerRequest(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1))
+	s := f.share(c.Handshake)
+	if s < minShare || paid < minPaid {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: ConnPerRequest, Severity: severity(s), Share: s,
+		Summary: fmt.Sprintf("%s of the latency is opening connections: %s of exchanges paid a handshake of %s on average",
+			pct(s), pct(paid), dur(time.Duration(float64(m.Components.Handshake.Mean)/max(paid, 0.01)))),
+		Evidence: []record.Evidence{msEv("handshake_mean", c.Handshake), percent("exchanges_with_handshake", paid)},
+		Fix:      "reuse connections: HTTP keep-alive or a connection pool, so one handshake serves many requests",
+	}, true
+}
+
+// manyTurns: turns each wait for the path's round trip, so the finding is
+// their number and what distance does to it. It explains the propagation
+// part (queueing is a finding of its own) of all round trips of a burst
+// but one, which batching would save.
+func manyTurns(f *facts) (record.Diagnosis, bool) {
+	c, t := f.c, f.m.Turns
+	s := f.share(c.Propagation)
+	if s < minShare || !(chatty(&t) || t.PerExchangeMean >= manyExchangeTurns) {
+		return record.Diagnosis{}, false
+	}
+	if chatty(&t) {
+		s *= 1 - 1/t.ExchangesPerBurstMean
+	}
+	if s < minShare {
+		return record.Diagnosis{}, false
+	}
+	d := record.Diagnosis{Name: ManyTurns, Severity: severity(s), Share: s,
+		Fix: "batch the requests (one query for many rows, a bulk API) or pipeline them, so fewer turns wait on the round trip; or keep the two ends close"}
+	if chatty(&t) {
+		d.Summary = fmt.Sprintf("requests come as bursts of %.1f exchanges back to back, %.1f turns each (up to %d): every millisecond more between the ends costs %.1f ms per burst",
+			t.ExchangesPerBurstMean, t.PerBurstMean, t.PerBurstMax, t.PerBurstMean/2)
+	} else {
+		d.Summary = fmt.Sprintf("each exchange takes %.1f turns on average (up to %d): every millisecond more between the ends costs %.1f ms per exchange",
+			t.PerExchangeMean, t.PerExchangeMax, t.PerExchangeMean/2)
+	}
+	d.Evidence = []record.Evidence{
+		{Name: "turns_per_burst", Value: t.PerBurstMean}, {Name: "exchanges_per_burst", Value: t.ExchangesPerBurstMean},
+		count("turns_per_burst_max", uint64(t.PerBurstMax)), count("bursts", t.Bursts),
+		{Name: "turns_per_exchange", Value: t.PerExchangeMean}, msEv("network_mean", c.Network),
+	}
+	return d, true
+}
+
+// peerThink is the peer's own time to answer: not a fault of the network,
+// said plainly, and only when it is most of the latency.
+func peerThink(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.Peer)
+	if s < criticalShare {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: PeerThink, Severity: record.SeverityInfo, Share: s,
+		Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
+		Evidence: []record.Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
+		Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
+	}, true
+}
+
+// localRead is data that arrived waiting for this process to read it. A
+// healthy process reads within microseconds; a millisecond is a busy
+// machine's scheduling, a finding only from several.
+func localRead(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.LocalRead)
+	if s < minShare || c.LocalRead < minLocalRead {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: LocalRead, Severity: severity(s), Share: s,
+		Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
+		Evidence: []record.Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
+		Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
+	}, true
+}
+
+// localThink is this service's own processing, like peerThink on the
+// other side.
+func localThink(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.Think)
+	if s < criticalShare {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: LocalThink, Severity: record.SeverityInfo, Share: s,
+		Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
+		Evidence: []record.Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
+		Fix:      "profile this service: the time is spent between reading the request and writing the response",
+	}, true
+}
+
+// asymmetry is a path that carries much more one way than the other (a
+// NAT, an asymmetric link). It is about rate, not a share of latency.
+func asymmetry(f *facts) (record.Diagnosis, bool) {
+	m := f.m
+	up, down := m.Out.TransferRate, m.In.TransferRate
+	if !(m.Out.Transfers > 0 && m.In.Transfers > 0 && up > 0 && down > 0 && max(up, down) >= asymmetric*min(up, down)) {
+		return record.Diagnosis{}, false
+	}
+	slow := "outgoing"
+	if down < up {
+		slow = "incoming"
+	}
+	return record.Diagnosis{
+		Name: Asymmetry, Severity: record.SeverityWarning,
+		Summary: fmt.Sprintf("transfers run %.1f times slower %s: %s/s out against %s/s in",
+			max(up, down)/min(up, down), slow, rateText(up), rateText(down)),
+		Evidence: []record.Evidence{
+			rate("transfer_rate_out", up), rate("transfer_rate_in", down),
+			count("transfers_out", m.Out.Transfers), count("transfers_in", m.In.Transfers),
+		},
+		Fix: "the path is asymmetric: look for a NAT, a shaper or an asymmetric link on the slow direction, or place the big transfers where the path is fast",
+	}, true
+}
+
+// chatty reports whether the bursts are a chatty protocol's: repeated runs
+// of a few back-to-back exchanges (several queries for one request), each
+// run many turns.
 func chatty(t *aggregate.Turns) bool {
 	return t.Bursts >= minBursts && t.PerBurstMean >= manyBurstTurns &&
 		t.ExchangesPerBurstMean >= manyBurstExchanges && t.ExchangesPerBurstMean <= maxBurstExchanges

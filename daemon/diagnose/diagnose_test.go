@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func TestLossAndTurnsAndOrder(t *testing.T) {
 	if got := names(ds); len(got) != 2 || got[0] != Loss || got[1] != ManyTurns {
 		t.Fatalf("%v", got)
 	}
-	// Seed 000: three queries back to back per request over 5 ms.
+	// A chatty client: three queries back to back per request over 5 ms.
 	chatty := metrics(30, record.Components{Network: 5 * ms, Propagation: 5 * ms, Peer: ms / 10})
 	chatty.Turns = aggregate.Turns{PerExchangeMean: 2, PerExchangeMax: 2, Bursts: 10, PerBurstMean: 6, PerBurstMax: 6, ExchangesPerBurstMean: 3}
 	if ds := Of(&chatty); len(ds) != 1 || ds[0].Name != ManyTurns || ds[0].Severity != record.SeverityCritical {
@@ -160,5 +161,30 @@ func TestOneSlowHandshake(t *testing.T) {
 		if d.Name == ConnPerRequest {
 			t.Errorf("fired: %+v", d)
 		}
+	}
+}
+
+// Equal shares keep the order the rules run in (the sort is stable), so a
+// case where every rule fires with the same share shows that order: the
+// critical ones first, then the info ones, then the asymmetry, which has
+// no share. Slow start after idle is left out: it excludes cwnd_limited.
+func TestRuleOrder(t *testing.T) {
+	m := metrics(10, record.Components{
+		Network: 20 * ms, Propagation: 10 * ms, Queueing: 10 * ms,
+		SendWaitCwnd: 10 * ms, SendWaitRwnd: 10 * ms, SendWaitSndbuf: 10 * ms, SendWaitOther: 10 * ms,
+		LossRecovery: 10 * ms, Receive: 10 * ms, Handshake: 10 * ms,
+		Peer: 10 * ms, LocalRead: 10 * ms, Think: 10 * ms,
+	})
+	m.Duration.Mean = 20 * ms // every part above is half of it
+	m.Turns.PerExchangeMean = manyExchangeTurns
+	m.Out.Transfers, m.Out.TransferRate = 1, 1e6
+	m.In.Transfers, m.In.TransferRate = 1, 1e5
+	want := []record.DiagnosisName{
+		CwndLimited, RwndLimited, SndbufLimited, SendStall, Bufferbloat, Loss, ConnPerRequest, ManyTurns, LocalRead,
+		ReceiveLimited, PeerThink, LocalThink,
+		Asymmetry,
+	}
+	if got := names(Of(&m)); !slices.Equal(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }

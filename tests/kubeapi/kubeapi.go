@@ -15,57 +15,26 @@
 package kubeapi
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/lattrace/lattrace/tests/buildonce"
 )
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
+var binary = buildonce.New("kubeapi", "build.sh", "LATTRACE_KUBEAPI_BIN")
 
 // Binary returns the path of the server binary, building it with build.sh on first use (once per
 // process). LATTRACE_KUBEAPI_BIN overrides it.
-func Binary() (string, error) {
-	buildOnce.Do(func() {
-		if p := os.Getenv("LATTRACE_KUBEAPI_BIN"); p != "" {
-			buildPath = p
-			return
-		}
-		_, self, _, ok := runtime.Caller(0)
-		if !ok {
-			buildErr = errors.New("kubeapi: cannot locate build.sh (runtime.Caller failed)")
-			return
-		}
-		script := filepath.Join(filepath.Dir(self), "build.sh")
-		cmd := exec.Command("bash", script)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			buildErr = fmt.Errorf("kubeapi: %s failed: %v\n%s", script, err, stderr.String())
-			return
-		}
-		buildPath = strings.TrimSpace(string(out))
-	})
-	return buildPath, buildErr
-}
+func Binary() (string, error) { return binary.Path() }
 
 // startTimeout bounds a start: a cold one takes a few seconds (etcd, then the API server's
 // bootstrap: the default Service, priority classes, RBAC roles).

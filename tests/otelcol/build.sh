@@ -1,45 +1,9 @@
 #!/usr/bin/env bash
-# Builds the test OpenTelemetry Collector (module ./collector) once and caches the binary.
+# Builds the test OpenTelemetry Collector (module ./collector) once and caches the binary as
+# otelcol-<hash of the module> (tests/buildonce/build.sh: where, and when it rebuilds).
 #
 #   tests/otelcol/build.sh            -> prints the absolute path of the binary on stdout
-#
-# The binary lives at $LATTRACE_CACHE_DIR/otelcol-<hash> (default /var/cache/lattrace, falling back
-# to ${XDG_CACHE_HOME:-$HOME/.cache}/lattrace when that is not writable). <hash> is the sha256 of
-# the collector module's go.mod, go.sum and *.go files (first 16 hex digits), so any change to the
-# component list or to a version gets a fresh binary and an unchanged tree never rebuilds.
-# Concurrent callers (parallel `go test` packages) serialise on a flock; the binary is moved into
-# place atomically. Build output goes to stderr; stdout carries only the path.
 set -euo pipefail
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-src="$here/collector"
-
-cache="${LATTRACE_CACHE_DIR:-/var/cache/lattrace}"
-if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
-	cache="${XDG_CACHE_HOME:-$HOME/.cache}/lattrace"
-	mkdir -p "$cache"
-fi
-
-hash="$(cd "$src" && cat go.mod go.sum $(LC_ALL=C ls *.go) | sha256sum | cut -c1-16)"
-bin="$cache/otelcol-$hash"
-
-if [ -x "$bin" ]; then
-	echo "$bin"
-	exit 0
-fi
-
-exec 9>"$bin.lock"
-flock 9
-if [ ! -x "$bin" ]; then
-	echo "otelcol: building $bin (first time: ~2 min on 2 cores, ~1 GB module+build cache)" >&2
-	tmp="$bin.tmp.$$"
-	trap 'rm -f "$tmp"' EXIT
-	# GOWORK=off: never pick up a go.work from the surroundings. -mod=readonly: go.sum is committed,
-	# nothing may be resolved at build time. -buildvcs=false: no git stamping (repo may be dirty/foreign).
-	(cd "$src" && GOWORK=off CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath \
-		-ldflags='-s -w' -o "$tmp" .) >&2
-	mv -f "$tmp" "$bin"
-	trap - EXIT
-fi
-rm -f "$bin.lock"
-echo "$bin"
+exec "$here/../buildonce/build.sh" "$here/collector" otelcol \
+	"first time: ~2 min on 2 cores, ~1 GB module+build cache"

@@ -17,58 +17,29 @@
 package otelcol
 
 import (
-	"bytes"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lattrace/lattrace/tests/buildonce"
 )
 
 //go:embed config.yaml
 var configYAML []byte
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
+var binary = buildonce.New("otelcol", "build.sh", "LATTRACE_OTELCOL_BIN")
 
 // Binary returns the path of the collector binary, building it with build.sh on first use
 // (once per process). LATTRACE_OTELCOL_BIN overrides it.
-func Binary() (string, error) {
-	buildOnce.Do(func() {
-		if p := os.Getenv("LATTRACE_OTELCOL_BIN"); p != "" {
-			buildPath = p
-			return
-		}
-		_, self, _, ok := runtime.Caller(0)
-		if !ok {
-			buildErr = errors.New("otelcol: cannot locate build.sh (runtime.Caller failed)")
-			return
-		}
-		script := filepath.Join(filepath.Dir(self), "build.sh")
-		cmd := exec.Command("bash", script)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			buildErr = fmt.Errorf("otelcol: %s failed: %v\n%s", script, err, stderr.String())
-			return
-		}
-		buildPath = strings.TrimSpace(string(out))
-	})
-	return buildPath, buildErr
-}
+func Binary() (string, error) { return binary.Path() }
 
 // Collector is one running (or stopped) collector process.
 type Collector struct {

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+echo "cannot build" >&2
+exit 1
