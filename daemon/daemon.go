@@ -59,36 +59,40 @@ type durable struct {
 }
 
 // New opens the outputs, loads the tracer and opens the API; Run then
-// traces. The outputs come first: a file or port that cannot be opened
-// fails before anything is loaded into the kernel.
-func New(cfg Config, log *slog.Logger) (d *Daemon, err error) {
+// traces. On error, what was opened is closed again.
+func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d = &Daemon{cfg: cfg, log: log, start: time.Now(), agg: aggregate.New(cfg.Aggregate)}
+	d := &Daemon{cfg: cfg, log: log, start: time.Now(), agg: aggregate.New(cfg.Aggregate)}
 	d.hist = history.New(history.Config{Flows: d.agg.Config().MaxFlows})
-	defer func() {
-		if err != nil {
-			d.close()
-		}
-	}()
-	if err := d.openJSONL(); err != nil {
+	if err := d.open(); err != nil {
+		d.close()
 		return nil, err
 	}
+	return d, nil
+}
+
+// open opens the outputs first: a file or port that cannot be opened
+// fails before anything is loaded into the kernel. The API comes after
+// the tracer: without privilege, the line to give is the tracer's, which
+// names what is missing.
+func (d *Daemon) open() error {
+	if err := d.openJSONL(); err != nil {
+		return err
+	}
 	if err := d.openTelemetry(); err != nil {
-		return nil, err
+		return err
 	}
 	d.startKube()
 	if err := d.openTracer(); err != nil {
-		return nil, err
+		return err
 	}
-	// After the tracer: without privilege, the line to give is the
-	// tracer's, which names what is missing.
 	if err := d.openAPI(); err != nil {
-		return nil, err
+		return err
 	}
 	d.serveHealth()
-	return d, nil
+	return nil
 }
 
 // Run traces until ctx is done, then drains what the kernel still holds and
