@@ -76,10 +76,8 @@ func newDaemon() *cobra.Command {
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
 	// One CPU by default: the daemon's work is one loop draining the ring,
 	// and a second CPU for the runtime mostly adds wake-ups of idle
-	// threads. Interleaved runs of the benchmark at 50k exchanges/s beside
-	// busy loops: median 5.2 % of a core with one, 6.0 % with two (8 and 5
-	// runs, 3.2 to 6.8 % against 5.6 to 7.6 %). It also bounds what the
-	// tracer can take from a node to about one CPU.
+	// threads (docs/decisions.md). It also bounds what the tracer can take
+	// from a node to about one CPU.
 	f.IntVar(&maxProcs, "max-procs", 1, "CPUs that run the daemon's Go code at once (GOMAXPROCS); 0 leaves Go's default: $GOMAXPROCS, else the CPUs the container may use")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")

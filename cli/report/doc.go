@@ -1,6 +1,6 @@
 // Package report turns a recording (exporters/recording) into one HTML
-// page a person reads in a browser, offline: the way seed 004's plotter
-// drew its runs, for every peer pair lattrace saw. A summary table comes
+// page a person reads in a browser, offline, with the plots a latency
+// study draws by hand, for every peer pair lattrace saw. A summary table comes
 // first (mean, p50, p99, standard deviation, max, the latency split and
 // the diagnoses per pair); then, for the pairs that cost the most time,
 // latency over time stacked by component with retransmissions marked, the

@@ -162,7 +162,8 @@ type Pair struct {
 	ExchangeDx    []ExchangeDiagnosis `json:"exchange_diagnoses"`
 }
 
-// Layers are seed 004's three views of one round trip.
+// Layers are the three views of one round trip: the app's, TCP's and the
+// network's.
 var Layers = []string{"app RTT (exchange)", "TCP RTT (srtt)", "network RTT (path)"}
 
 func (b *builder) model(path string, end recording.End) *Model {

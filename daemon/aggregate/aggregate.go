@@ -23,12 +23,8 @@ const (
 // Config bounds an Aggregator. Zero fields take the defaults above.
 type Config struct {
 	// MaxFlows and MaxPeers cap the tables; inserting into a full table
-	// evicts (see the package comment). Sizing, measured with lognormal
-	// latencies (sigma 1, a wide spread): a flow takes about 4.7 KB after
-	// one exchange, 13 KB after a hundred and 33 KB after thousands; a
-	// busy peer pair about 38 KB (a peer sketch is at most SketchBins x 8
-	// bytes). So the defaults hold about 100 MB when every entry is busy,
-	// far less on a typical host where most flows are short.
+	// evicts (see the package comment). What an entry costs, and so what
+	// the defaults hold, is in docs/decisions.md.
 	MaxFlows int
 	MaxPeers int
 	// CloseGrace is how long a closed flow stays visible after its

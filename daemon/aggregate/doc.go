@@ -57,7 +57,7 @@
 // A peer pair's sketches are capped at Config.SketchBins bins (past that
 // the lowest quantiles degrade first, never the tail); a flow's sketches
 // allocate 32-bin pages only where values fall, so most flows cost a few
-// KB (see Config.MaxFlows for measured sizes and BenchmarkMemory).
+// KB (docs/decisions.md, BenchmarkMemory).
 //
 // # Concurrency
 //

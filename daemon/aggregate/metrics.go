@@ -53,8 +53,8 @@ const (
 // of cache misses once there are more than a few hundred keys. An exchange
 // updates the sketches' exact statistics at once and writes one row of
 // bin indices here; folding 32 rows at a time walks each store while it is
-// hot (at 8 rows the aggregator took 15-30 % longer per exchange:
-// BenchmarkAdd). Snapshots fold what is pending first, so they never lag.
+// hot (docs/decisions.md has the measurement). Snapshots fold what is
+// pending first, so they never lag.
 const pendCap = 32
 
 // metrics is what is accumulated per key, flows and peers alike. It is
@@ -148,8 +148,7 @@ func (m *metrics) addBurst(b burst) {
 
 // timing is an exchange's values for the sketches and the store bin of
 // each, found once for its flow and its peer pair: both tables index with
-// one mapping, and mapping.Index took 15 % of BenchmarkAdd's time when
-// each table found its own.
+// one mapping, and finding a bin is a large part of adding an exchange.
 type timing struct {
 	v   [numSketches]time.Duration
 	bin [numSketches]int
@@ -417,7 +416,7 @@ type Turns struct {
 	// between them (the next request left as soon as the last response
 	// came): what an application does for one of its own requests, such
 	// as several database queries in a row. Its turns are what distance
-	// multiplies (seed 000's finding). Counted once the burst is over.
+	// multiplies. Counted once the burst is over.
 	Bursts                uint64  `json:"bursts"`
 	PerBurstMean          float64 `json:"per_burst_mean"`
 	PerBurstMax           uint32  `json:"per_burst_max"`

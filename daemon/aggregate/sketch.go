@@ -68,8 +68,7 @@ func newMapping(relAcc float64) mapping.IndexMapping {
 // flowSketches store flows' values in pages of 32 bins allocated where
 // values fall, behind a small buffer: most flows are short (one exchange
 // for a connection per request) or narrow, and a dense store would
-// allocate at least 64 bins per component for them. Measured on the
-// benchmark workload it takes a third of the memory of a dense store.
+// allocate at least 64 bins per component for them.
 func flowSketches(m mapping.IndexMapping) sketchCfg {
 	return sketchCfg{m: m, newStore: func() store.Store { return store.NewBufferedPaginatedStore() }}
 }

@@ -50,8 +50,8 @@ func NewInCluster(log *slog.Logger) (*Resolver, error) {
 // It talks to the API server through one REST client per API group rather
 // than client-go's generated clientset: the clientset and its informer
 // factory link all of Kubernetes' API groups into the binary and register
-// them at start-up, which measured 30 MiB more resident memory for the
-// daemon on every node, cluster or not. Three groups are all it reads.
+// them at start-up, tens of MiB of resident memory on every node, cluster
+// or not (docs/decisions.md). Three groups are all it reads.
 func NewForConfig(cfg *rest.Config, log *slog.Logger) (*Resolver, error) {
 	sc := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, discoveryv1.AddToScheme} {

@@ -15,7 +15,7 @@ import (
 // ring reads the BPF ring buffer and moves the consumer position only when
 // told to (commit), after what was read is out for good. That is what lets a
 // daemon killed mid-drain leave its unfinished records in the kernel for the
-// next one (seed 002's rule: nothing lost).
+// next one: nothing is lost.
 //
 // cilium/ebpf v0.22's ringbuf.Reader advances the consumer position as it
 // returns each record, so a record read and not yet written out dies with the

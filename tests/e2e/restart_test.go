@@ -20,7 +20,7 @@ import (
 	"github.com/lattrace/lattrace/tests/workload"
 )
 
-// TestRestartAfterKill is seed 002's rule applied to lattrace itself: a
+// TestRestartAfterKill holds lattrace to its own rule, nothing lost: a
 // daemon killed with SIGKILL in the middle of traffic and started again on
 // its pinned maps loses no exchange and emits none twice. The programs trace
 // on while no daemon runs; exchanges in flight at the kill complete in the
