@@ -513,7 +513,7 @@ func TestOwnerlessFirstExchange(t *testing.T) {
 }
 
 // Exchanges back to back make one burst; an idle gap starts the next, and
-// the close ends the last. Seed 000's chatty client: three queries per
+// the close ends the last. A chatty client: three queries per
 // request, six turns.
 func TestBursts(t *testing.T) {
 	a := New(Config{})

@@ -139,7 +139,7 @@ func within(t *testing.T, what string, got, lo, hi float64) {
 	}
 }
 
-// Seed 004 (a): 100 KB every second over a 20 ms path. With cubic and
+// Slow start after idle: 100 KB every second over a 20 ms path. With cubic and
 // tcp_slow_start_after_idle=1 the window restarts after each idle second;
 // the fixes (the sysctl at 0, or BBR, which keeps its window) are the
 // controls.
@@ -189,7 +189,7 @@ func TestDiagnoseSlowStartAfterIdle(t *testing.T) {
 	}
 }
 
-// Seed 004 (b): 1 KB every 50 ms beside a bulk upload through a 10 Mbit/s
+// Bufferbloat: 1 KB every 50 ms beside a bulk upload through a 10 Mbit/s
 // bottleneck with a 1 MB queue. Without the upload (the control) nothing
 // fires; with it, bufferbloat does, with a flat minimum RTT, queueing that
 // ping through the same queue confirms, and the upload named.
@@ -266,7 +266,7 @@ func TestDiagnoseBufferbloat(t *testing.T) {
 	})
 }
 
-// Seed 004 (c): REST-style, a connection per request, with and without
+// REST-style, a connection per request, with and without
 // TLS, against the persistent connection that fixes it.
 func TestDiagnoseConnectionPerRequest(t *testing.T) {
 	for _, c := range []struct {
@@ -454,7 +454,7 @@ func retransSegs(t *testing.T, h *netlab.Host) uint64 {
 	return uint64(st["Tcp.RetransSegs"])
 }
 
-// Seed 000: a chatty client makes three queries back to back for each of
+// A chatty client makes three queries back to back for each of
 // its requests against a 5 ms path, six turns per request; the control
 // makes one query per request.
 func TestDiagnoseManyTurns(t *testing.T) {
@@ -504,7 +504,7 @@ func TestDiagnoseManyTurns(t *testing.T) {
 	}
 }
 
-// Seed 000's lesson: when the peer's think time dominates, say so, so
+// When the peer's think time dominates, say so, so
 // nobody moves a service closer for nothing. An immediate server is the
 // control.
 func TestDiagnoseAppDominated(t *testing.T) {
@@ -588,7 +588,7 @@ func TestDiagnoseNothingOnACleanPath(t *testing.T) {
 	}
 }
 
-// Seed 001: a path that carries far more one way than the other. One
+// An asymmetric path carries far more one way than the other. One
 // connection moves 256 KB up and 256 KB down in turn over 4 Mbit/s up and
 // 40 Mbit/s down; the control has 40 Mbit/s both ways.
 func TestDiagnoseDirectionAsymmetry(t *testing.T) {
