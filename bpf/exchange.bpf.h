@@ -52,9 +52,7 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	count(LT_CNT_EXCHANGES);
 	if (st->wait_last_ns)
 		wait_account(st, now);
-	ex->hdr.kind = LT_RECORD_EXCHANGE;
-	ex->hdr.layout = LT_LAYOUT;
-	ex->hdr.ts_ns = now;
+	fill_header(&ex->hdr, LT_RECORD_EXCHANGE, now);
 	ex->flow = st->flow;
 	ex->owner = st->owner;
 	ex->conn_role = st->role;
@@ -147,18 +145,27 @@ static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direc
 	return st->flow.sport > st->flow.dport ? LT_REQUESTER : LT_RESPONDER;
 }
 
+/* A message starts in the direction an exchange of role begins with
+ * (LT_REQUESTER: out, LT_RESPONDER: in). After a message the other way
+ * (phase other) it is a turn, and a turn back to the direction the current
+ * exchange began with closes it and starts the next. */
+static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u8 other, __u32 role, __u64 now)
+{
+	if (st->phase == other) {
+		st->turns++;
+		if (st->cur.role == role) {
+			emit_exchange(st, tp, now);
+			reset_exchange(st, sk, tp, role, now);
+		}
+	} else if (st->phase == PHASE_NONE) {
+		reset_exchange(st, sk, tp, first_role(st, role), now);
+	}
+}
+
 /* The local app starts writing: a turn if the peer's message came before. */
 static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
-	if (st->phase == PHASE_IN) {
-		st->turns++;
-		if (st->cur.role == LT_REQUESTER) {
-			emit_exchange(st, tp, now);
-			reset_exchange(st, sk, tp, LT_REQUESTER, now);
-		}
-	} else if (st->phase == PHASE_NONE) {
-		reset_exchange(st, sk, tp, first_role(st, LT_REQUESTER), now);
-	}
+	turn(st, sk, tp, PHASE_IN, LT_REQUESTER, now);
 	st->phase = PHASE_OUT;
 	st->msg_tstamp = 0;
 	st->cur.w0 = now;
@@ -177,15 +184,7 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 /* New data arrives: a turn if the local app had sent before. */
 static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
 {
-	if (st->phase == PHASE_OUT) {
-		st->turns++;
-		if (st->cur.role == LT_RESPONDER) {
-			emit_exchange(st, tp, now);
-			reset_exchange(st, sk, tp, LT_RESPONDER, now);
-		}
-	} else if (st->phase == PHASE_NONE) {
-		reset_exchange(st, sk, tp, first_role(st, LT_RESPONDER), now);
-	}
+	turn(st, sk, tp, PHASE_OUT, LT_RESPONDER, now);
 	st->phase = PHASE_IN;
 	st->cur.r0 = now;
 	/* rcv_nxt, not the segment's seq: a retransmission may overlap data

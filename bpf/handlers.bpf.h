@@ -270,14 +270,9 @@ static __always_inline void handle_close(struct sock *sk)
 		st->phase = PHASE_NONE;
 		__builtin_memset(&st->cur, 0, sizeof(st->cur));
 	}
-	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
-	if (!rec) {
-		count(LT_CNT_RINGBUF_FULL);
+	rec = reserve(sizeof(*rec), LT_RECORD_CONN_CLOSE, now);
+	if (!rec)
 		return;
-	}
-	rec->hdr.kind = LT_RECORD_CONN_CLOSE;
-	rec->hdr.layout = LT_LAYOUT;
-	rec->hdr.ts_ns = now;
 	rec->cookie = sock_cookie(st, sk);
 	/* The flow as read once the local port was chosen; a connect that
 	 * failed never got that far. */

@@ -38,6 +38,27 @@ static __always_inline __u64 ringbuf_len(__u64 size)
 	return (size + RINGBUF_HDR + 7) & ~7ULL;
 }
 
+static __always_inline void fill_header(struct lt_header *hdr, __u32 kind, __u64 now)
+{
+	hdr->kind = kind;
+	hdr->layout = LT_LAYOUT;
+	hdr->ts_ns = now;
+}
+
+/* Reserves a record of size bytes (a constant) and fills its header; 0,
+ * counted, when the ring buffer is full. */
+static __always_inline void *reserve(__u64 size, __u32 kind, __u64 now)
+{
+	struct lt_header *hdr = bpf_ringbuf_reserve(&events, size, 0);
+
+	if (!hdr) {
+		count(LT_CNT_RINGBUF_FULL);
+		return 0;
+	}
+	fill_header(hdr, kind, now);
+	return hdr;
+}
+
 /* Submits a reserved record of size bytes. */
 static __always_inline void submit(void *rec, __u64 size)
 {

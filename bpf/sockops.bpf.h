@@ -25,14 +25,9 @@ static __always_inline void conn_open_record(struct bpf_sock_ops *skops, struct 
 {
 	struct lt_conn_open *rec;
 
-	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
-	if (!rec) {
-		count(LT_CNT_RINGBUF_FULL);
+	rec = reserve(sizeof(*rec), LT_RECORD_CONN_OPEN, now);
+	if (!rec)
 		return;
-	}
-	rec->hdr.kind = LT_RECORD_CONN_OPEN;
-	rec->hdr.layout = LT_LAYOUT;
-	rec->hdr.ts_ns = now;
 	rec->cookie = bpf_get_socket_cookie(skops);
 	__builtin_memset(&rec->flow, 0, sizeof(rec->flow));
 	rec->flow.family = skops->family;
