@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * lattrace.h: the one description of everything that crosses from the kernel
- * to user space. It is included by the BPF programs and read by bpf2go
- * (-type ...), which generates the matching Go types in daemon/tracer; never
- * mirror these structs by hand in Go.
+ * lattrace.h: the one description of everything that crosses between the
+ * kernel and user space: records, counters and the configuration. It is
+ * included by the BPF programs and read by bpf2go (-type ...), which
+ * generates the matching Go types in daemon/tracer; never mirror these
+ * structs by hand in Go.
  *
  * Rules for changing it: only fixed-width types, explicit padding, and a new
  * field goes at the end of its struct (pinned maps refuse a changed layout).
@@ -12,6 +13,17 @@
 #define LATTRACE_H
 
 #define LT_COMM_LEN 16
+
+/* The programs' load-time configuration, one value in the object's
+ * read-only data: the loader (tracer.Open) sets it before loading, and the
+ * programs cannot change it. */
+struct lt_config {
+	__u64 wakeup_bytes;   /* wake user space each time the backlog grows by this many bytes (a power of two) */
+	__u8 use_tx_tstamp;   /* use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15) */
+	__u8 filter_cgroup;   /* trace only sockets of tasks in the cgroup_filter subtree (--cgroup) */
+	__u8 _pad[6];
+	__u64 path_window_ns; /* window of a path's recent clean RTT (a windowed minimum) */
+};
 
 /* Kinds of record on the events ring buffer; every record starts with struct lt_header. */
 enum lt_record_kind {

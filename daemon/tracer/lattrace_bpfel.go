@@ -13,6 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lattraceLtConfig struct {
+	_            structs.HostLayout
+	WakeupBytes  uint64
+	UseTxTstamp  uint8
+	FilterCgroup uint8
+	Pad          [6]uint8
+	PathWindowNs uint64
+}
+
 type lattraceLtConnClose struct {
 	_             structs.HostLayout
 	Hdr           lattraceLtHeader
@@ -262,8 +271,7 @@ const (
 	lattraceProgLattraceSendmsgLocked = "lattrace_sendmsg_locked"
 	lattraceProgLattraceSetState      = "lattrace_set_state"
 	lattraceProgLattraceSockops       = "lattrace_sockops"
-	lattraceVarFilterCgroup           = "filter_cgroup"
-	lattraceVarPathWindowNs           = "path_window_ns"
+	lattraceVarCfg                    = "cfg"
 	lattraceVarUnusedLtConnClose      = "unused_lt_conn_close"
 	lattraceVarUnusedLtConnOpen       = "unused_lt_conn_open"
 	lattraceVarUnusedLtCounter        = "unused_lt_counter"
@@ -274,8 +282,6 @@ const (
 	lattraceVarUnusedLtLayout         = "unused_lt_layout"
 	lattraceVarUnusedLtRecordKind     = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole           = "unused_lt_role"
-	lattraceVarUseTxTstamp            = "use_tx_tstamp"
-	lattraceVarWakeupBytes            = "wakeup_bytes"
 )
 
 // loadLattrace returns the embedded CollectionSpec for lattrace.
@@ -347,8 +353,7 @@ type lattraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceVariableSpecs struct {
-	FilterCgroup         *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	PathWindowNs         *ebpf.VariableSpec `ebpf:"path_window_ns"`
+	Cfg                  *ebpf.VariableSpec `ebpf:"cfg"`
 	UnusedLtConnClose    *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.VariableSpec `ebpf:"unused_lt_conn_open"`
 	UnusedLtCounter      *ebpf.VariableSpec `ebpf:"unused_lt_counter"`
@@ -359,8 +364,6 @@ type lattraceVariableSpecs struct {
 	UnusedLtLayout       *ebpf.VariableSpec `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
-	UseTxTstamp          *ebpf.VariableSpec `ebpf:"use_tx_tstamp"`
-	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // lattraceObjects contains all objects after they have been loaded into the kernel.
@@ -404,8 +407,7 @@ func (m *lattraceMaps) Close() error {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceVariables struct {
-	FilterCgroup         *ebpf.Variable `ebpf:"filter_cgroup"`
-	PathWindowNs         *ebpf.Variable `ebpf:"path_window_ns"`
+	Cfg                  *ebpf.Variable `ebpf:"cfg"`
 	UnusedLtConnClose    *ebpf.Variable `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.Variable `ebpf:"unused_lt_conn_open"`
 	UnusedLtCounter      *ebpf.Variable `ebpf:"unused_lt_counter"`
@@ -416,8 +418,6 @@ type lattraceVariables struct {
 	UnusedLtLayout       *ebpf.Variable `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
-	UseTxTstamp          *ebpf.Variable `ebpf:"use_tx_tstamp"`
-	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // lattracePrograms contains all programs after they have been loaded into the kernel.

@@ -192,15 +192,9 @@ func Open(opts Options) (*Tracer, error) {
 		return nil, err
 	}
 	spec.Maps["events"].MaxEntries = opts.RingBufferBytes
-	settings := map[string]any{
-		"wakeup_bytes":  opts.WakeupBytes,
-		"use_tx_tstamp": !opts.NoTxTimestamps,
-		"filter_cgroup": filter,
-	}
-	for name, v := range settings {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("setting %s: %w", name, err)
-		}
+	cfg, err := setConfig(spec, opts, filter)
+	if err != nil {
+		return nil, err
 	}
 	t := &Tracer{opts: opts}
 	adopt := false
@@ -213,7 +207,7 @@ func Open(opts Options) (*Tracer, error) {
 			t.Close()
 			return nil, err
 		}
-		gen := generation(fmt.Sprintf("%v cgroup=%s", settings, opts.CgroupPath))
+		gen := generation(fmt.Sprintf("%+v cgroup=%s", cfg, opts.CgroupPath))
 		adopt = !fresh && t.pinnedGeneration() == gen
 		if !adopt {
 			// The new generation's links replace the old ones below;

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * exchange.bpf.h: the exchange a socket is building (lt_sock.cur) and its
+ * emit. A message one way, then the message the other way; the next turn
+ * (change of direction) closes it, and it leaves the kernel as one
+ * struct lt_exchange with its timeline (docs/latency-model.md).
+ */
+#ifndef LATTRACE_EXCHANGE_BPF_H
+#define LATTRACE_EXCHANGE_BPF_H
+
+#include "common.bpf.h"
+#include "counters.bpf.h"
+#include "path_rtt.bpf.h"
+#include "ringbuf.bpf.h"
+#include "send_wait.bpf.h"
+#include "sock_state.bpf.h"
+
+/* The last byte of the out message was first sent at now. */
+static __always_inline void mark_x1(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	if (st->cur.x1 || !st->cur.w0)
+		return;
+	wait_account(st, now);
+	st->wait_last_ns = 0;
+	st->cur.x1 = now;
+	if (tp)
+		st->cur.cwnd_end = tp->snd_cwnd;
+}
+
+/* The out message is fully acknowledged at now. */
+static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
+{
+	if (st->cur.a1 || !st->cur.w0)
+		return;
+	st->cur.a1 = now;
+	if (!st->cur.r0 && st->last_in_len_zero && st->cur.x1 && now > st->cur.x1) {
+		st->cur.flags |= LT_EX_ACK_PURE;
+		st->cur.ack_rtt_us = (now - st->cur.x1) / 1000;
+	}
+}
+
+/* Completes the exchange with the socket's counters and the path's RTTs
+ * and copies it to the ring buffer. */
+static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	struct lt_exchange *ex = &st->cur;
+	struct path_rtt *pw;
+	__u32 rtt;
+
+	if (!ex->role)
+		return;
+	count(LT_CNT_EXCHANGES);
+	if (st->wait_last_ns)
+		wait_account(st, now);
+	fill_header(&ex->hdr, LT_RECORD_EXCHANGE, now);
+	ex->flow = st->flow;
+	ex->owner = st->owner;
+	ex->conn_role = st->role;
+	ex->turns = st->turns;
+	ex->turns_exchange = st->turns - st->turns_emitted;
+	st->turns_emitted = st->turns;
+	ex->bytes_out = st->out_seq_end - st->out_seq_start;
+	ex->bytes_in = st->in_seq_end - st->in_seq_start;
+	if (tp) {
+		ex->segs_out = tp->data_segs_out - st->data_segs_out0;
+		ex->retrans = tp->total_retrans - st->total_retrans0;
+		ex->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v; /* ~0: no sample yet */
+		ex->srtt_us = tp->srtt_us >> 3;
+		ex->rwnd_end = tp->snd_wnd;
+		if (!ex->cwnd_end)
+			ex->cwnd_end = tp->snd_cwnd;
+		/* bytes_received counts data only, which follows the SYN's
+		 * sequence number; bytes_acked counts the SYN too on the end
+		 * that sent it first (the ACK of our SYN moves snd_una), not on
+		 * the accepting end (whose snd_una starts past its SYN-ACK). */
+		ex->isn_remote = tp->rcv_nxt - (__u32)tp->bytes_received - 1;
+		ex->isn_local = tp->snd_una - (__u32)tp->bytes_acked;
+		if (st->role != LT_ROLE_CLIENT)
+			ex->isn_local--;
+	}
+	ex->out_seq = st->out_seq_start;
+	ex->in_seq = st->in_seq_start;
+	/* The path's clean RTT while this exchange was in flight, or failing
+	 * any such sample a recent one; else user space falls back to the
+	 * path's minimum (the handshake's sample is in it). */
+	pw = path_get(&st->flow, now);
+	rtt = 0;
+	if (pw) {
+		path_min_add(pw, ex->min_rtt_us, now);
+		ex->path_min_rtt_us = pw->min_rtt_us;
+		rtt = path_rtt_between(pw, ex->w0 ? ex->w0 : ex->r0, ex->r0 && ex->role == LT_REQUESTER ? ex->r0 : now);
+		if (!rtt)
+			rtt = winmin_get(&pw->recent, now);
+	}
+	ex->path_rtt_us = rtt;
+	if (st->msg_tstamp)
+		ex->flags |= LT_EX_TX_TSTAMP;
+	if (st->partial && !st->emitted_any)
+		ex->flags |= LT_EX_PARTIAL;
+	if (output(ex, sizeof(*ex)))
+		count(LT_CNT_RINGBUF_FULL);
+	else
+		count(LT_CNT_RECORDS);
+	st->emitted_any = 1;
+}
+
+/* Starts a new exchange of the given role (enum lt_exchange_role). */
+static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 role, __u64 now)
+{
+	__builtin_memset(&st->cur, 0, sizeof(st->cur));
+	st->cur.role = role;
+	st->cur.cookie = sock_cookie(st, sk);
+	if (!st->emitted_any) {
+		st->cur.flags |= LT_EX_FIRST;
+		st->cur.established_ns = st->established_ns;
+		if (st->role == LT_ROLE_CLIENT)
+			st->cur.connect_ns = st->syn_ns;
+	}
+	if (st->last_activity_ns)
+		st->cur.idle_ns = now - st->last_activity_ns;
+	if (tp) {
+		st->data_segs_out0 = tp->data_segs_out;
+		/* The first exchange of a connection seen from its start holds
+		 * the handshake, so its retransmissions (a lost SYN or SYN-ACK)
+		 * are the exchange's too. */
+		st->total_retrans0 = !st->emitted_any && !st->partial ? 0 : tp->total_retrans;
+		st->cur.cwnd_start = tp->snd_cwnd;
+		st->cur.rwnd_start = tp->snd_wnd;
+		st->out_seq_start = st->out_seq_end = tp->write_seq;
+		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+	}
+	st->wait_last_ns = 0;
+	st->hole_start_ns = 0;
+}
+
+/* The role of the first exchange seen on a socket. Normally the end that
+ * speaks first requests. A socket adopted mid-connection may be seen first
+ * in the middle of an exchange (the tail of a response, or a response being
+ * written), so there the ports decide: the listening port is usually the
+ * lower one and the client, the usual requester, has the ephemeral one. */
+static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direction)
+{
+	if (!st->partial || st->emitted_any)
+		return by_direction;
+	return st->flow.sport > st->flow.dport ? LT_REQUESTER : LT_RESPONDER;
+}
+
+/* A message starts in the direction an exchange of role begins with
+ * (LT_REQUESTER: out, LT_RESPONDER: in). After a message the other way
+ * (phase other) it is a turn, and a turn back to the direction the current
+ * exchange began with closes it and starts the next. */
+static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u8 other, __u32 role, __u64 now)
+{
+	if (st->phase == other) {
+		st->turns++;
+		if (st->cur.role == role) {
+			emit_exchange(st, tp, now);
+			reset_exchange(st, sk, tp, role, now);
+		}
+	} else if (st->phase == PHASE_NONE) {
+		reset_exchange(st, sk, tp, first_role(st, role), now);
+	}
+}
+
+/* The local app starts writing: a turn if the peer's message came before. */
+static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+{
+	turn(st, sk, tp, PHASE_IN, LT_REQUESTER, now);
+	st->phase = PHASE_OUT;
+	st->msg_tstamp = 0;
+	st->cur.w0 = now;
+	st->out_seq_start = st->out_seq_end = tp->write_seq;
+	st->data_segs_out0 = tp->data_segs_out;
+	/* cwnd before the kernel's restart after idle, which comes with the
+	 * first skb queued after this point. */
+	st->cur.cwnd_start = tp->snd_cwnd;
+	st->cur.rwnd_start = tp->snd_wnd;
+	if (sk->__sk_common.skc_net.net->ipv4.sysctl_tcp_slow_start_after_idle)
+		st->cur.flags |= LT_EX_SSAI;
+	st->wait_last_ns = now;
+	st->wait_cause = classify(sk, tp);
+}
+
+/* New data arrives: a turn if the local app had sent before. */
+static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
+{
+	turn(st, sk, tp, PHASE_OUT, LT_RESPONDER, now);
+	st->phase = PHASE_IN;
+	st->cur.r0 = now;
+	/* rcv_nxt, not the segment's seq: a retransmission may overlap data
+	 * already received. */
+	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+}
+
+#endif /* LATTRACE_EXCHANGE_BPF_H */

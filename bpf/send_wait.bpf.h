@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * send_wait.bpf.h: what holds back the unsent part of the out message
+ * (congestion window, receive window, send buffer, other), the time
+ * charged to each cause, and whether a write will wait in the send queue
+ * (which decides whether it is worth a TX timestamp).
+ */
+#ifndef LATTRACE_SEND_WAIT_BPF_H
+#define LATTRACE_SEND_WAIT_BPF_H
+
+#include "common.bpf.h"
+#include "sock_state.bpf.h"
+#include "tcp.bpf.h"
+
+/* Send-wait causes, in the order of precedence classify() applies. */
+enum wait_cause {
+	WAIT_OTHER = 0,
+	WAIT_CWND,
+	WAIT_RWND,
+	WAIT_SNDBUF,
+};
+
+/* What is holding back the unsent part of the out message right now. */
+static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
+{
+	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
+		return WAIT_RWND;
+	if (in_flight(tp) >= tp->snd_cwnd)
+		return WAIT_CWND;
+	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
+		return WAIT_SNDBUF;
+	return WAIT_OTHER;
+}
+
+#define TCP_NAGLE_OFF 1
+#define TCP_NAGLE_CORK 2
+#define TCP_INIT_CWND 10
+#define TCP_RTO_MIN_NS (200ULL * 1000 * 1000)
+
+/* Will the unsent data, this write's included, wait in the send queue
+ * rather than leave in this sendmsg? Called before the kernel pushes it:
+ * the window (cwnd, restarted after idle when slow start after idle is
+ * on, and rwnd), Nagle and corking decide. A wrong "no" only makes x1
+ * late by up to an ACK (the fallback); a wrong "yes" costs callbacks. */
+static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock *tp)
+{
+	__u32 unsent = tp->write_seq - tp->snd_nxt;
+	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
+	__u32 cwnd = tp->snd_cwnd;
+	__u8 nonagle = BPF_CORE_READ_BITFIELD(tp, nonagle);
+
+	if (!unsent)
+		return false;
+	if (after(tp->write_seq, tp->snd_una + tp->snd_wnd))
+		return true;
+	/* After an idle RTO the first transmission restarts the window. */
+	if ((st->cur.flags & LT_EX_SSAI) && !tp->packets_out && st->cur.idle_ns > TCP_RTO_MIN_NS && cwnd > TCP_INIT_CWND)
+		cwnd = TCP_INIT_CWND;
+	if (in_flight(tp) + (unsent + mss - 1) / mss > cwnd)
+		return true;
+	if (nonagle & TCP_NAGLE_CORK)
+		return true;
+	return !(nonagle & TCP_NAGLE_OFF) && tp->packets_out && unsent % mss;
+}
+
+/* Charges the time since the last classification to its cause. */
+static __always_inline void wait_account(struct lt_sock *st, __u64 now)
+{
+	__u64 dt;
+
+	if (!st->wait_last_ns)
+		return;
+	dt = now - st->wait_last_ns;
+	switch (st->wait_cause) {
+	case WAIT_CWND:
+		st->cur.wait_cwnd_ns += dt;
+		break;
+	case WAIT_RWND:
+		st->cur.wait_rwnd_ns += dt;
+		break;
+	case WAIT_SNDBUF:
+		st->cur.wait_sndbuf_ns += dt;
+		break;
+	default:
+		st->cur.wait_other_ns += dt;
+	}
+	st->wait_last_ns = now;
+}
+
+#endif /* LATTRACE_SEND_WAIT_BPF_H */

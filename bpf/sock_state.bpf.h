@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * sock_state.bpf.h: what lattrace keeps per socket (struct lt_sock) and
+ * where: socket local storage, freed with the socket, so no map grows
+ * without bound. Also who may adopt a socket (the cgroup filter) and the
+ * per-socket facts read once and kept (owner, cookie).
+ */
+#ifndef LATTRACE_SOCK_STATE_BPF_H
+#define LATTRACE_SOCK_STATE_BPF_H
+
+#include "common.bpf.h"
+#include "counters.bpf.h"
+#include "tcp.bpf.h"
+
+enum phase {
+	PHASE_NONE = 0,
+	PHASE_OUT = 1, /* the local app is sending the current message */
+	PHASE_IN = 2,  /* the peer's message is arriving */
+};
+
+/* BPF TX timestamping on a socket. It is switched on only once one of
+ * the socket's writes waited in the send queue: with it on, every
+ * sendmsg runs the SENDMSG callback, a sockops run that request/response
+ * traffic, whose writes leave at once, never needs. */
+enum tstamp_state {
+	TSTAMP_NONE = 0,   /* not needed so far */
+	TSTAMP_ON = 1,
+	TSTAMP_REFUSED = 2, /* the kernel refused it, or it is unavailable */
+};
+
+struct lt_sock {
+	struct lt_exchange cur; /* the exchange being built */
+	struct lt_flow flow;
+	struct lt_owner owner;
+	__u64 syn_ns, established_ns, last_activity_ns;
+	__u64 sendmsg_calls, bytes_sent, send_skbs;
+	__u64 wait_last_ns; /* send-wait accounting: last classification time */
+	__u64 hole_start_ns;
+	__u64 cookie;       /* the socket's, asked once (sock_cookie) */
+	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
+	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
+	__u32 data_segs_out0, total_retrans0;
+	__u32 turns;
+	__u32 turns_emitted; /* turns at the previous exchange's emit */
+	__u32 role;
+	__u8 phase;
+	__u8 wait_cause;       /* enum wait_cause (send_wait.bpf.h) */
+	__u8 last_in_len_zero; /* the last incoming segment was a pure ACK */
+	__u8 tstamp;           /* enum tstamp_state */
+	__u8 partial;          /* socket first seen after it was established */
+	__u8 emitted_any;
+	__u8 msg_tstamp;       /* the out message's last write is TX timestamped */
+	__u8 want_tstamp;      /* a write was held back: switch TX timestamping on */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lt_sock);
+} socks SEC(".maps");
+
+/* The cgroup of lattrace daemon --cgroup, when cfg.filter_cgroup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroup_filter SEC(".maps");
+
+/* May a hook running in the context of the current task adopt a socket?
+ * With a cgroup filter, only tasks of its subtree may: softirq hooks cannot
+ * tell whose a socket is, so they only follow sockets adopted in process
+ * context. */
+static __always_inline bool task_in_scope(void)
+{
+	return !cfg.filter_cgroup || bpf_current_task_under_cgroup(&cgroup_filter, 0) == 1;
+}
+
+/* The socket's state; with create, made (and its flow read) on first
+ * sight. */
+static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
+{
+	struct lt_sock *st;
+
+	st = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (st || !create)
+		return st;
+	st = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(LT_CNT_STORAGE_FAIL);
+		return 0;
+	}
+	count(LT_CNT_SOCKS_TRACKED);
+	read_flow(sk, &st->flow);
+	/* A socket first seen here, not at SYN_SENT or ESTABLISHED, was open
+	 * before lattrace: its first exchange may have begun unseen. */
+	if (sk->__sk_common.skc_state == TCP_ESTABLISHED && !st->established_ns)
+		st->partial = 1;
+	return st;
+}
+
+/* Called from process context only: the current task owns the socket.
+ * The same thread keeps using a socket, so the comm and cgroup are read
+ * only when the thread changes: they cost more than the rest of a hook. */
+static __always_inline void note_owner(struct lt_owner *o)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (o->pid == id >> 32 && o->tid == (__u32)id)
+		return;
+	o->pid = id >> 32;
+	o->tid = (__u32)id;
+	o->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/* A socket's cookie never changes, and the helper that asks for it costs
+ * a good part of a hook: it is asked once and kept. */
+static __always_inline __u64 sock_cookie(struct lt_sock *st, struct sock *sk)
+{
+	if (!st->cookie)
+		st->cookie = bpf_get_socket_cookie(sk);
+	return st->cookie;
+}
+
+#endif /* LATTRACE_SOCK_STATE_BPF_H */
