@@ -38,15 +38,13 @@ type Options struct {
 	DrainInterval time.Duration
 	// WakeupBytes is the fill level at which the kernel wakes the reader,
 	// rounded up to a power of two (the programs test it with a mask).
-	// Default: an eighth of the ring buffer (1 MiB), which leaves the
-	// reader seven eighths to drain into. Each wakeup costs the kernel an
-	// irq_work and the reader a wake-up: at 50,000 exchanges/s a 256 KiB
-	// level woke it about 130 times a second.
+	// Default: an eighth of the ring buffer, which leaves the reader seven
+	// eighths to drain into while a wakeup, which costs the kernel an
+	// irq_work and the reader a wake-up, stays rare (docs/decisions.md).
 	WakeupBytes uint64
 	// RingBufferBytes sizes the ring buffer (a power of two of at least a
 	// page; default DefaultRingBufferBytes). It must hold what the node
-	// makes between two drains, bursts included: 8 MiB is about 24,000
-	// records.
+	// makes between two drains, bursts included.
 	RingBufferBytes uint32
 	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
 	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
@@ -98,13 +96,10 @@ func (o Options) Validate() error {
 
 // DefaultDrainInterval is how often the ring buffer is emptied unless told
 // otherwise. A drain has a fixed cost besides its records (the runtime's
-// wake-ups, an export round trip to sync the OTLP backend): at 1,000
-// exchanges/s the daemon took 0.80-1.00 % of a core draining every 100 ms
-// and 0.53-0.60 % every 250 ms (interleaved runs, the chart's settings);
-// at 50,000/s, where the kernel's wakeups (each MiB of backlog) drain it
-// more often than the timer, no difference. A quarter of a second is
-// still fresher than anything that reads the outputs (the live view
-// refreshes every second).
+// wake-ups, an export round trip to sync the OTLP backend), which matters
+// at low rates (docs/decisions.md); a quarter of a second is still fresher
+// than anything that reads the outputs (the live view refreshes every
+// second).
 const DefaultDrainInterval = 250 * time.Millisecond
 
 // DefaultRingBufferBytes is the ring buffer's size unless told otherwise.
