@@ -452,9 +452,7 @@ func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 	} else {
 		a.flowLRU.moveToFront(f)
 	}
-	if t > f.lastUpdate {
-		f.lastUpdate = t
-	}
+	f.lastUpdate = max(f.lastUpdate, t)
 	return f
 }
 
@@ -542,9 +540,7 @@ func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, 
 		return p
 	}
 	a.peerLRU.moveToFront(p)
-	if t > p.lastUpdate {
-		p.lastUpdate = t
-	}
+	p.lastUpdate = max(p.lastUpdate, t)
 	return p
 }
 
@@ -567,9 +563,7 @@ func (a *Aggregator) peerFor(k record.PeerKey, t record.Mono) *peerEntry {
 	} else {
 		a.peerLRU.moveToFront(p)
 	}
-	if t > p.lastUpdate {
-		p.lastUpdate = t
-	}
+	p.lastUpdate = max(p.lastUpdate, t)
 	return p
 }
 
