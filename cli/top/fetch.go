@@ -69,7 +69,7 @@ func (m *model) refresh() tea.Cmd {
 	// The source filters and sorts too, so a large host does not send
 	// rows the screen would drop; the rows are filtered and sorted again
 	// on arrival all the same.
-	q := api.Query{Sort: m.sort, Filter: m.filter}
+	q := m.query()
 	if m.view == ViewPeers {
 		return call(func(ctx context.Context) tea.Msg {
 			r, err := src.Peers(ctx, q)

@@ -231,26 +231,15 @@ func (m *model) top() *detail {
 
 // rebuild derives the rows shown from the data, the filter and the sort.
 func (m *model) rebuild() {
-	flows := make([]api.Flow, 0, len(m.flowData.Flows))
-	for i := range m.flowData.Flows {
-		if m.filter.MatchFlow(&m.flowData.Flows[i]) {
-			flows = append(flows, m.flowData.Flows[i])
-		}
-	}
-	api.SortFlows(flows, m.sort)
-	m.flows = flows
-	m.flowCur.sync(flowIDs(flows))
-
-	peers := make([]api.Peer, 0, len(m.peerData.Peers))
-	for i := range m.peerData.Peers {
-		if m.filter.MatchPeer(&m.peerData.Peers[i]) {
-			peers = append(peers, m.peerData.Peers[i])
-		}
-	}
-	api.SortPeers(peers, m.sort)
-	m.peers = peers
-	m.peerCur.sync(peerIDs(peers))
+	q := m.query()
+	m.flows = q.Flows(m.flowData.Flows)
+	m.flowCur.sync(flowIDs(m.flows))
+	m.peers = q.Peers(m.peerData.Peers)
+	m.peerCur.sync(peerIDs(m.peers))
 }
+
+// query is the filter and the sort the user chose.
+func (m *model) query() api.Query { return api.Query{Sort: m.sort, Filter: m.filter} }
 
 // list returns the current list's cursor and row ids.
 func (m *model) list() (*cursor, []string) {

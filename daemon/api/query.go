@@ -233,6 +233,33 @@ func ParseQuery(v url.Values) (Query, error) {
 	return q, nil
 }
 
+// Flows returns the flows of all that pass q's filter, in q's order, in a
+// new slice: what GET /v1/flows lists before its limit, and what a client
+// shows of a list it holds.
+func (q Query) Flows(all []Flow) []Flow {
+	out := passing(all, q.Filter.MatchFlow)
+	SortFlows(out, q.Sort)
+	return out
+}
+
+// Peers returns the peer pairs of all that q selects, like Flows.
+func (q Query) Peers(all []Peer) []Peer {
+	out := passing(all, q.Filter.MatchPeer)
+	SortPeers(out, q.Sort)
+	return out
+}
+
+// passing returns the entries of all that match, in order, in a new slice.
+func passing[T any](all []T, match func(*T) bool) []T {
+	out := make([]T, 0, len(all))
+	for i := range all {
+		if match(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
 // MatchFlow reports whether fl passes the filter.
 func (f Filter) MatchFlow(fl *Flow) bool {
 	o := &fl.Owner
