@@ -177,24 +177,24 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 	case flowsMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
-			m.flowData, m.flowsLoaded = msg.list, true
+			m.flowData, m.flowsLoaded = msg.data, true
 			m.rebuild()
 		})
 	case peersMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
-			m.peerData, m.peersLoaded = msg.list, true
+			m.peerData, m.peersLoaded = msg.data, true
 			m.rebuild()
 		})
 	case flowDetailMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
 			if d := m.top(); d != nil {
-				d.flow, d.recent, d.now, d.fetched = msg.d.Flow, msg.d.Recent, msg.d.Now, true
+				d.flow, d.recent, d.now, d.fetched = msg.data.Flow, msg.data.Recent, msg.data.Now, true
 			}
 		})
 	case peerDetailMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
 			if d := m.top(); d != nil {
-				d.peer, d.flows, d.now, d.fetched = msg.d.Peer, msg.d.Flows, msg.d.Now, true
+				d.peer, d.flows, d.now, d.fetched = msg.data.Peer, msg.data.Flows, msg.data.Now, true
 				// Drawn with the p99 column marked: make it true whatever
 				// order the source used.
 				api.SortFlows(d.flows, api.DefaultSort)
