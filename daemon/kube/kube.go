@@ -185,10 +185,10 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 		return nil
 	}
 	for _, err := range []error{
-		handle(r.watches.Pods, &corev1.Pod{}, r.setPod, r.deletePod),
-		handle(r.watches.Services, &corev1.Service{}, r.setService, r.deleteService),
-		handle(r.watches.ReplicaSets, &appsv1.ReplicaSet{}, r.setReplicaSet, r.deleteReplicaSet),
-		handle(r.watches.EndpointSlices, &discoveryv1.EndpointSlice{}, r.setSlice, r.deleteSlice),
+		handle(r.watches.Pods, &corev1.Pod{}, r.setPod, onDelete[*corev1.Pod](r, r.removePodLocked)),
+		handle(r.watches.Services, &corev1.Service{}, r.setService, onDelete[*corev1.Service](r, r.removeServiceLocked)),
+		handle(r.watches.ReplicaSets, &appsv1.ReplicaSet{}, r.setReplicaSet, onDelete[*appsv1.ReplicaSet](r, r.removeReplicaSetLocked)),
+		handle(r.watches.EndpointSlices, &discoveryv1.EndpointSlice{}, r.setSlice, onDelete[*discoveryv1.EndpointSlice](r, r.removeSliceLocked)),
 	} {
 		if err != nil {
 			return fmt.Errorf("kubernetes: %w", err)
@@ -200,6 +200,18 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("kubernetes: pods, services, replicasets and endpointslices not all listed within %v (is the service account allowed to list them?)", timeout)
 	}
 	return nil
+}
+
+// onDelete is the handler of deleted objects of type T: remove drops what
+// the indexes hold for one, under the lock.
+func onDelete[T metav1.Object](r *Resolver, remove func(ns, name string)) func(obj any) {
+	return func(obj any) {
+		if o, ok := obj.(T); ok {
+			r.mu.Lock()
+			remove(o.GetNamespace(), o.GetName())
+			r.mu.Unlock()
+		}
+	}
 }
 
 func key(ns, name string) string { return ns + "/" + name }
@@ -220,7 +232,7 @@ func (r *Resolver) setPod(obj any) {
 	k := key(p.Namespace, p.Name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.removePodLocked(k)
+	r.removePodLocked(p.Namespace, p.Name)
 	// A finished pod keeps its IP in its status while the address goes to
 	// another pod: it names nobody any more.
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -251,17 +263,10 @@ func (r *Resolver) setPod(obj any) {
 	r.pods[k] = info
 }
 
-func (r *Resolver) deletePod(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		r.mu.Lock()
-		r.removePodLocked(key(p.Namespace, p.Name))
-		r.mu.Unlock()
-	}
-}
-
 // removePodLocked drops a pod's entries, leaving those another pod has
 // taken over since.
-func (r *Resolver) removePodLocked(k string) {
+func (r *Resolver) removePodLocked(ns, name string) {
+	k := key(ns, name)
 	p, ok := r.pods[k]
 	if !ok {
 		return
@@ -297,14 +302,6 @@ func (r *Resolver) setService(obj any) {
 	r.svcAddrs[key(s.Namespace, s.Name)] = ips
 }
 
-func (r *Resolver) deleteService(obj any) {
-	if s, ok := obj.(*corev1.Service); ok {
-		r.mu.Lock()
-		r.removeServiceLocked(s.Namespace, s.Name)
-		r.mu.Unlock()
-	}
-}
-
 // removeServiceLocked drops a Service's cluster IPs, leaving those another
 // Service has taken over since.
 func (r *Resolver) removeServiceLocked(ns, name string) {
@@ -327,16 +324,12 @@ func (r *Resolver) setReplicaSet(obj any) {
 	if c := metav1.GetControllerOf(rs); c != nil {
 		r.rsOwner[key(rs.Namespace, rs.Name)] = record.K8s{WorkloadKind: c.Kind, Workload: c.Name}
 	} else {
-		delete(r.rsOwner, key(rs.Namespace, rs.Name))
+		r.removeReplicaSetLocked(rs.Namespace, rs.Name)
 	}
 }
 
-func (r *Resolver) deleteReplicaSet(obj any) {
-	if rs, ok := obj.(*appsv1.ReplicaSet); ok {
-		r.mu.Lock()
-		delete(r.rsOwner, key(rs.Namespace, rs.Name))
-		r.mu.Unlock()
-	}
+func (r *Resolver) removeReplicaSetLocked(ns, name string) {
+	delete(r.rsOwner, key(ns, name))
 }
 
 func (r *Resolver) setSlice(obj any) {
@@ -348,7 +341,7 @@ func (r *Resolver) setSlice(obj any) {
 	k := key(es.Namespace, es.Name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.removeSliceLocked(k)
+	r.removeSliceLocked(es.Namespace, es.Name)
 	if svc == "" {
 		return
 	}
@@ -367,15 +360,8 @@ func (r *Resolver) setSlice(obj any) {
 	r.sliceAddrs[k] = addrs
 }
 
-func (r *Resolver) deleteSlice(obj any) {
-	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		r.mu.Lock()
-		r.removeSliceLocked(key(es.Namespace, es.Name))
-		r.mu.Unlock()
-	}
-}
-
-func (r *Resolver) removeSliceLocked(k string) {
+func (r *Resolver) removeSliceLocked(ns, name string) {
+	k := key(ns, name)
 	for _, ip := range r.sliceAddrs[k] {
 		delete(r.endpoints[ip], k)
 		if len(r.endpoints[ip]) == 0 {
