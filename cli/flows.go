@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -67,27 +69,27 @@ func newFlows() *cobra.Command {
 		if err != nil {
 			return usageError{err}
 		}
-		out := cmd.OutOrStdout()
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
 		if lf.peers {
-			l, err := c.Peers(cmd.Context(), q)
-			if err != nil {
-				return clientError(err, target())
-			}
-			if asJSON {
-				return enc.Encode(l)
-			}
-			return top.WritePeers(out, l, tableWidth(os.Stdout))
+			return printList(cmd, c.Peers, q, asJSON, top.WritePeers, target())
 		}
-		l, err := c.Flows(cmd.Context(), q)
-		if err != nil {
-			return clientError(err, target())
-		}
-		if asJSON {
-			return enc.Encode(l)
-		}
-		return top.WriteFlows(out, l, tableWidth(os.Stdout))
+		return printList(cmd, c.Flows, q, asJSON, top.WriteFlows, target())
 	}
 	return cmd
+}
+
+// printList asks the daemon for one list and prints it: the API's JSON,
+// or the table write draws.
+func printList[L any](cmd *cobra.Command, get func(context.Context, api.Query) (L, error), q api.Query,
+	asJSON bool, write func(io.Writer, L, int) error, target string) error {
+	l, err := get(cmd.Context(), q)
+	if err != nil {
+		return clientError(err, target)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(l)
+	}
+	return write(out, l, tableWidth(os.Stdout))
 }

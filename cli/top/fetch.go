@@ -9,31 +9,23 @@ import (
 	"github.com/lattrace/lattrace/daemon/api"
 )
 
-// Answers of the Source, each tagged with the refresh that asked.
+// answerMsg is the Source's answer T, tagged with the refresh that asked.
+type answerMsg[T any] struct {
+	seq  uint64
+	data T
+	err  error
+}
+
+// The answers of the Source, one type for each of its methods.
 type (
-	flowsMsg struct {
-		seq  uint64
-		list api.FlowList
-		err  error
-	}
-	peersMsg struct {
-		seq  uint64
-		list api.PeerList
-		err  error
-	}
-	flowDetailMsg struct {
-		seq uint64
-		d   api.FlowDetail
-		err error
-	}
-	peerDetailMsg struct {
-		seq uint64
-		d   api.PeerDetail
-		err error
-	}
-	// tickMsg is the time for the refresh after seq.
-	tickMsg struct{ seq uint64 }
+	flowsMsg      = answerMsg[api.FlowList]
+	peersMsg      = answerMsg[api.PeerList]
+	flowDetailMsg = answerMsg[api.FlowDetail]
+	peerDetailMsg = answerMsg[api.PeerDetail]
 )
+
+// tickMsg is the time for the refresh after seq.
+type tickMsg struct{ seq uint64 }
 
 // timeout bounds one call to the Source: a daemon that hangs must not
 // stop the refreshes, and a slow one still gets time to answer.
@@ -45,41 +37,33 @@ func (m *model) timeout() time.Duration {
 // chain of refreshes: answers to the ones before are dropped.
 func (m *model) refresh() tea.Cmd {
 	m.seq++
-	seq, ctx, src, timeout := m.seq, m.ctx, m.src, m.timeout()
-	call := func(f func(ctx context.Context) tea.Msg) tea.Cmd {
-		return func() tea.Msg {
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			return f(ctx)
-		}
-	}
 	if d := m.top(); d != nil {
-		id := d.id
 		if d.kind == ViewPeers {
-			return call(func(ctx context.Context) tea.Msg {
-				r, err := src.Peer(ctx, id)
-				return peerDetailMsg{seq, r, err}
-			})
+			return ask(m, m.src.Peer, d.id)
 		}
-		return call(func(ctx context.Context) tea.Msg {
-			r, err := src.Flow(ctx, id)
-			return flowDetailMsg{seq, r, err}
-		})
+		return ask(m, m.src.Flow, d.id)
 	}
 	// The source filters and sorts too, so a large host does not send
 	// rows the screen would drop; the rows are filtered and sorted again
 	// on arrival all the same.
-	q := api.Query{Sort: m.sort, Filter: m.filter}
+	q := m.query()
 	if m.view == ViewPeers {
-		return call(func(ctx context.Context) tea.Msg {
-			r, err := src.Peers(ctx, q)
-			return peersMsg{seq, r, err}
-		})
+		return ask(m, m.src.Peers, q)
 	}
-	return call(func(ctx context.Context) tea.Msg {
-		r, err := src.Flows(ctx, q)
-		return flowsMsg{seq, r, err}
-	})
+	return ask(m, m.src.Flows, q)
+}
+
+// ask is the command that calls get(arg), within the timeout, and answers
+// for the current refresh. What it needs of m is read now: the command
+// runs on another goroutine.
+func ask[A, T any](m *model, get func(context.Context, A) (T, error), arg A) tea.Cmd {
+	seq, ctx, timeout := m.seq, m.ctx, m.timeout()
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		data, err := get(ctx, arg)
+		return answerMsg[T]{seq, data, err}
+	}
 }
 
 // tick waits one interval before the refresh after seq.

@@ -428,25 +428,7 @@ func sparkline(vals []float64, w int) (line string, lo, hi float64, ok bool) {
 
 // wrap breaks text into lines of at most w cells at spaces, never between
 // a number and its unit; a word longer than a line is cut.
-func wrap(text string, w int) []string {
-	var lines []string
-	cur := ""
-	for _, word := range words(text) {
-		switch {
-		case cur == "":
-			cur = word
-		case width(cur)+1+width(word) <= w:
-			cur += " " + word
-		default:
-			lines = append(lines, truncate(cur, w))
-			cur = word
-		}
-	}
-	if cur != "" {
-		lines = append(lines, truncate(cur, w))
-	}
-	return lines
-}
+func wrap(text string, w int) []string { return wrapItems(words(text), " ", w) }
 
 // unitWord is a unit that follows a number after a space, as diagnoses
 // write them ("30 ms", "60 %", "1.5 MB/s"), trailing punctuation allowed.

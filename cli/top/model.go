@@ -177,24 +177,24 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 	case flowsMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
-			m.flowData, m.flowsLoaded = msg.list, true
+			m.flowData, m.flowsLoaded = msg.data, true
 			m.rebuild()
 		})
 	case peersMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
-			m.peerData, m.peersLoaded = msg.list, true
+			m.peerData, m.peersLoaded = msg.data, true
 			m.rebuild()
 		})
 	case flowDetailMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
 			if d := m.top(); d != nil {
-				d.flow, d.recent, d.now, d.fetched = msg.d.Flow, msg.d.Recent, msg.d.Now, true
+				d.flow, d.recent, d.now, d.fetched = msg.data.Flow, msg.data.Recent, msg.data.Now, true
 			}
 		})
 	case peerDetailMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
 			if d := m.top(); d != nil {
-				d.peer, d.flows, d.now, d.fetched = msg.d.Peer, msg.d.Flows, msg.d.Now, true
+				d.peer, d.flows, d.now, d.fetched = msg.data.Peer, msg.data.Flows, msg.data.Now, true
 				// Drawn with the p99 column marked: make it true whatever
 				// order the source used.
 				api.SortFlows(d.flows, api.DefaultSort)
@@ -231,26 +231,15 @@ func (m *model) top() *detail {
 
 // rebuild derives the rows shown from the data, the filter and the sort.
 func (m *model) rebuild() {
-	flows := make([]api.Flow, 0, len(m.flowData.Flows))
-	for i := range m.flowData.Flows {
-		if m.filter.MatchFlow(&m.flowData.Flows[i]) {
-			flows = append(flows, m.flowData.Flows[i])
-		}
-	}
-	api.SortFlows(flows, m.sort)
-	m.flows = flows
-	m.flowCur.sync(flowIDs(flows))
-
-	peers := make([]api.Peer, 0, len(m.peerData.Peers))
-	for i := range m.peerData.Peers {
-		if m.filter.MatchPeer(&m.peerData.Peers[i]) {
-			peers = append(peers, m.peerData.Peers[i])
-		}
-	}
-	api.SortPeers(peers, m.sort)
-	m.peers = peers
-	m.peerCur.sync(peerIDs(peers))
+	q := m.query()
+	m.flows = q.Flows(m.flowData.Flows)
+	m.flowCur.sync(flowIDs(m.flows))
+	m.peers = q.Peers(m.peerData.Peers)
+	m.peerCur.sync(peerIDs(m.peers))
 }
+
+// query is the filter and the sort the user chose.
+func (m *model) query() api.Query { return api.Query{Sort: m.sort, Filter: m.filter} }
 
 // list returns the current list's cursor and row ids.
 func (m *model) list() (*cursor, []string) {

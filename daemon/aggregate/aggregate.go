@@ -123,13 +123,20 @@ type PeerStats struct {
 	Metrics
 }
 
-type flowEntry struct {
+// guard is what a snapshot needs of an entry of either table.
+type guard struct {
 	// mu guards the fields snapshots read; the writer holds it only while
 	// changing them.
 	mu sync.Mutex
 	// gen changes whenever the entry leaves its table, so a snapshot that
 	// picked the pointer before can tell it now holds something else.
-	gen            uint64
+	gen uint64
+}
+
+func (g *guard) guarded() *guard { return g }
+
+type flowEntry struct {
+	guard
 	key            record.FlowKey
 	owner          record.Owner
 	connRole       record.Role
@@ -168,8 +175,7 @@ func burstGap(ex *record.Exchange) time.Duration {
 }
 
 type peerEntry struct {
-	mu          sync.Mutex
-	gen         uint64
+	guard
 	key         record.PeerKey
 	connections uint64
 	connect     sketch
@@ -211,8 +217,8 @@ type Aggregator struct {
 	flowClosed list[flowEntry, *flowEntry]
 	peerLRU    list[peerEntry, *peerEntry]
 	// Removed entries, kept with their sketch memory for the next insert.
-	freeFlows []*flowEntry
-	freePeers []*peerEntry
+	freeFlows free[flowEntry]
+	freePeers free[peerEntry]
 
 	exchanges, connOpens, connCloses atomic.Uint64
 	flowsCreated, peersCreated       atomic.Uint64
@@ -431,13 +437,7 @@ func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 			a.removeFlow(victim)
 			a.flowsEvicted.Add(1)
 		}
-		if n := len(a.freeFlows); n > 0 {
-			f = a.freeFlows[n-1]
-			a.freeFlows[n-1] = nil
-			a.freeFlows = a.freeFlows[:n-1]
-		} else {
-			f = &flowEntry{}
-		}
+		f = a.freeFlows.get()
 		// A snapshot that listed this entry in its previous life may
 		// still lock it to compare gen, so its fields change under mu.
 		f.mu.Lock()
@@ -452,9 +452,7 @@ func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 	} else {
 		a.flowLRU.moveToFront(f)
 	}
-	if t > f.lastUpdate {
-		f.lastUpdate = t
-	}
+	f.lastUpdate = max(f.lastUpdate, t)
 	return f
 }
 
@@ -472,8 +470,29 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	f.m.reset()
 	f.mu.Unlock()
 	f.peer, f.lastUpdate, f.closedAt = nil, 0, 0
-	if len(a.freeFlows) < freeCap(a.cfg.MaxFlows) {
-		a.freeFlows = append(a.freeFlows, f)
+	a.freeFlows.put(f, a.cfg.MaxFlows)
+}
+
+// free holds removed entries for reuse.
+type free[E any] []*E
+
+// get is a removed entry, or a new one when none is kept.
+func (l *free[E]) get() *E {
+	n := len(*l)
+	if n == 0 {
+		return new(E)
+	}
+	e := (*l)[n-1]
+	(*l)[n-1] = nil
+	*l = (*l)[:n-1]
+	return e
+}
+
+// put keeps e unless the entries kept for a table of limit entries are
+// enough already.
+func (l *free[E]) put(e *E, limit int) {
+	if len(*l) < freeCap(limit) {
+		*l = append(*l, e)
 	}
 }
 
@@ -521,9 +540,7 @@ func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, 
 		return p
 	}
 	a.peerLRU.moveToFront(p)
-	if t > p.lastUpdate {
-		p.lastUpdate = t
-	}
+	p.lastUpdate = max(p.lastUpdate, t)
 	return p
 }
 
@@ -534,13 +551,7 @@ func (a *Aggregator) peerFor(k record.PeerKey, t record.Mono) *peerEntry {
 			a.removePeer(a.peerLRU.tail)
 			a.peersEvicted.Add(1)
 		}
-		if n := len(a.freePeers); n > 0 {
-			p = a.freePeers[n-1]
-			a.freePeers[n-1] = nil
-			a.freePeers = a.freePeers[:n-1]
-		} else {
-			p = &peerEntry{}
-		}
+		p = a.freePeers.get()
 		p.mu.Lock()
 		p.key = k
 		p.mu.Unlock()
@@ -552,9 +563,7 @@ func (a *Aggregator) peerFor(k record.PeerKey, t record.Mono) *peerEntry {
 	} else {
 		a.peerLRU.moveToFront(p)
 	}
-	if t > p.lastUpdate {
-		p.lastUpdate = t
-	}
+	p.lastUpdate = max(p.lastUpdate, t)
 	return p
 }
 
@@ -571,9 +580,7 @@ func (a *Aggregator) removePeer(p *peerEntry) {
 	p.m.reset()
 	p.mu.Unlock()
 	p.lastUpdate = 0
-	if len(a.freePeers) < freeCap(a.cfg.MaxPeers) {
-		a.freePeers = append(a.freePeers, p)
-	}
+	a.freePeers.put(p, a.cfg.MaxPeers)
 }
 
 func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
@@ -610,93 +617,93 @@ func (p *peerEntry) snapshotLocked(c *sketchCfg) PeerStats {
 	return s
 }
 
-type ref[E any] struct {
-	e   *E
-	gen uint64
-}
-
 // Flows returns a snapshot of every flow, sorted by namespace, local
 // address, remote address and cookie.
 func (a *Aggregator) Flows() []FlowStats {
-	a.mu.RLock()
-	refs := make([]ref[flowEntry], 0, len(a.flows))
-	for _, f := range a.flows {
-		refs = append(refs, ref[flowEntry]{f, f.gen})
-	}
-	a.mu.RUnlock()
-	out := make([]FlowStats, 0, len(refs))
-	for _, r := range refs {
-		r.e.mu.Lock()
-		// A changed gen: removed (and perhaps reused) since the map was
-		// read; what it holds now is not what was listed.
-		if r.e.gen == r.gen {
-			out = append(out, r.e.snapshotLocked(&a.flowSC))
-		}
-		r.e.mu.Unlock()
-	}
-	slices.SortFunc(out, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
-	return out
+	return snapshots(a, a.flows, &a.flowSC, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
 }
 
 // Peers returns a snapshot of every peer pair, sorted by namespace, comm,
 // cgroup, side, local port, remote address and remote port.
 func (a *Aggregator) Peers() []PeerStats {
-	a.mu.RLock()
-	refs := make([]ref[peerEntry], 0, len(a.peers))
-	for _, p := range a.peers {
-		refs = append(refs, ref[peerEntry]{p, p.gen})
-	}
-	a.mu.RUnlock()
-	out := make([]PeerStats, 0, len(refs))
-	for _, r := range refs {
-		r.e.mu.Lock()
-		if r.e.gen == r.gen {
-			out = append(out, r.e.snapshotLocked(&a.peerSC))
-		}
-		r.e.mu.Unlock()
-	}
-	slices.SortFunc(out, func(x, y PeerStats) int { return x.PeerKey.Compare(y.PeerKey) })
-	return out
+	return snapshots(a, a.peers, &a.peerSC, func(x, y PeerStats) int { return x.PeerKey.Compare(y.PeerKey) })
 }
 
 // Flow returns the snapshot of one flow.
 func (a *Aggregator) Flow(k record.FlowKey) (FlowStats, bool) {
-	a.mu.RLock()
-	f := a.flows[k.Cookie]
-	var gen uint64
-	if f != nil {
-		gen = f.gen
-	}
-	a.mu.RUnlock()
-	if f == nil {
+	// The table is keyed by cookie: the rest of the key must match too.
+	s, ok := lookup[FlowStats](a, a.flows, k.Cookie, &a.flowSC)
+	if !ok || s.FlowKey != k {
 		return FlowStats{}, false
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.gen != gen || f.key != k {
-		return FlowStats{}, false
-	}
-	return f.snapshotLocked(&a.flowSC), true
+	return s, true
 }
 
 // Peer returns the snapshot of one peer pair.
 func (a *Aggregator) Peer(k record.PeerKey) (PeerStats, bool) {
+	return lookup[PeerStats](a, a.peers, k, &a.peerSC)
+}
+
+// entry is an entry E of either table, whose snapshot is an S.
+type entry[E, S any] interface {
+	*E
+	guarded() *guard
+	snapshotLocked(c *sketchCfg) S
+}
+
+// ref is an entry as a snapshot found it in its table.
+type ref[E any] struct {
+	e   *E
+	gen uint64
+}
+
+// snapshots returns a snapshot of every entry of table m, sorted by order.
+// The map is read under a.mu, each entry then under its own lock.
+func snapshots[S any, K comparable, E any, P entry[E, S]](a *Aggregator, m map[K]*E, c *sketchCfg, order func(x, y S) int) []S {
 	a.mu.RLock()
-	p := a.peers[k]
-	var gen uint64
-	if p != nil {
-		gen = p.gen
+	refs := make([]ref[E], 0, len(m))
+	for _, e := range m {
+		refs = append(refs, ref[E]{e, P(e).guarded().gen})
 	}
 	a.mu.RUnlock()
-	if p == nil {
-		return PeerStats{}, false
+	out := make([]S, 0, len(refs))
+	for _, r := range refs {
+		if s, ok := snapshotOf[S, E, P](r, c); ok {
+			out = append(out, s)
+		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gen != gen {
-		return PeerStats{}, false
+	slices.SortFunc(out, order)
+	return out
+}
+
+// lookup returns the snapshot of the entry of table m under k.
+func lookup[S any, K comparable, E any, P entry[E, S]](a *Aggregator, m map[K]*E, k K, c *sketchCfg) (S, bool) {
+	a.mu.RLock()
+	e := m[k]
+	var r ref[E]
+	if e != nil {
+		r = ref[E]{e, P(e).guarded().gen}
 	}
-	return p.snapshotLocked(&a.peerSC), true
+	a.mu.RUnlock()
+	if e == nil {
+		var none S
+		return none, false
+	}
+	return snapshotOf[S, E, P](r, c)
+}
+
+// snapshotOf returns the snapshot of r's entry unless its gen changed:
+// removed (and perhaps reused) since the map was read, it no longer holds
+// what was listed.
+func snapshotOf[S, E any, P entry[E, S]](r ref[E], c *sketchCfg) (S, bool) {
+	g := P(r.e).guarded()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gen != r.gen {
+		var none S
+		return none, false
+	}
+	return P(r.e).snapshotLocked(c), true
 }
 
 // Stats returns the Aggregator's counters.

@@ -106,23 +106,11 @@ func (f *Filter) set(k, v string) error {
 	case "q":
 		f.Text = v
 	case "pid":
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			return fmt.Errorf("pid %q is not a process id", v)
-		}
-		f.PID = uint32(n)
+		return setPositive(&f.PID, v, "pid %q is not a process id")
 	case "port":
-		n, err := strconv.ParseUint(v, 10, 16)
-		if err != nil || n == 0 {
-			return fmt.Errorf("port %q is not a port number (1-65535)", v)
-		}
-		f.Port = uint16(n)
+		return setPositive(&f.Port, v, "port %q is not a port number (1-65535)")
 	case "netns":
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			return fmt.Errorf("netns %q is not a namespace inode number", v)
-		}
-		f.Netns = uint32(n)
+		return setPositive(&f.Netns, v, "netns %q is not a namespace inode number")
 	case "addr":
 		p, err := netip.ParsePrefix(v)
 		if err != nil {
@@ -134,6 +122,17 @@ func (f *Filter) set(k, v string) error {
 		}
 		f.Addr = p.Masked()
 	}
+	return nil
+}
+
+// setPositive sets *dst to v, a whole number from 1 to the largest an N
+// holds; else the error is format with v.
+func setPositive[N uint16 | uint32](dst *N, v, format string) error {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == 0 || n > uint64(^N(0)) {
+		return fmt.Errorf(format, v)
+	}
+	*dst = N(n)
 	return nil
 }
 
@@ -231,6 +230,33 @@ func ParseQuery(v url.Values) (Query, error) {
 		}
 	}
 	return q, nil
+}
+
+// Flows returns the flows of all that pass q's filter, in q's order, in a
+// new slice: what GET /v1/flows lists before its limit, and what a client
+// shows of a list it holds.
+func (q Query) Flows(all []Flow) []Flow {
+	out := passing(all, q.Filter.MatchFlow)
+	SortFlows(out, q.Sort)
+	return out
+}
+
+// Peers returns the peer pairs of all that q selects, like Flows.
+func (q Query) Peers(all []Peer) []Peer {
+	out := passing(all, q.Filter.MatchPeer)
+	SortPeers(out, q.Sort)
+	return out
+}
+
+// passing returns the entries of all that match, in order, in a new slice.
+func passing[T any](all []T, match func(*T) bool) []T {
+	out := make([]T, 0, len(all))
+	for i := range all {
+		if match(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out
 }
 
 // MatchFlow reports whether fl passes the filter.

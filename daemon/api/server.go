@@ -213,6 +213,16 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 	return f
 }
 
+// peers is every peer pair with its rate, split and diagnoses.
+func (s *Server) peers(sn *snapshot) []Peer {
+	stats := s.agg.Peers()
+	out := make([]Peer, 0, len(stats))
+	for i := range stats {
+		out = append(out, s.peer(&stats[i], sn))
+	}
+	return out
+}
+
 // peer makes st's answer; its rate is the sum of its flows'.
 func (s *Server) peer(st *aggregate.PeerStats, sn *snapshot) Peer {
 	p := Peer{
@@ -241,14 +251,7 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	all := s.flows(sn)
-	out := all[:0]
-	for i := range all {
-		if q.Filter.MatchFlow(&all[i]) {
-			out = append(out, all[i])
-		}
-	}
-	SortFlows(out, q.Sort)
+	out := q.Flows(s.flows(sn))
 	writeJSON(w, FlowList{APIVersion: Version, Now: sn.now, Total: len(out), Flows: limited(out, q.Limit)})
 }
 
@@ -279,14 +282,7 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	stats := s.agg.Peers()
-	out := make([]Peer, 0, len(stats))
-	for i := range stats {
-		if p := s.peer(&stats[i], sn); q.Filter.MatchPeer(&p) {
-			out = append(out, p)
-		}
-	}
-	SortPeers(out, q.Sort)
+	out := q.Peers(s.peers(sn))
 	writeJSON(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: limited(out, q.Limit)})
 }
 

@@ -185,10 +185,10 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 		return nil
 	}
 	for _, err := range []error{
-		handle(r.watches.Pods, &corev1.Pod{}, r.setPod, r.deletePod),
-		handle(r.watches.Services, &corev1.Service{}, r.setService, r.deleteService),
-		handle(r.watches.ReplicaSets, &appsv1.ReplicaSet{}, r.setReplicaSet, r.deleteReplicaSet),
-		handle(r.watches.EndpointSlices, &discoveryv1.EndpointSlice{}, r.setSlice, r.deleteSlice),
+		handle(r.watches.Pods, &corev1.Pod{}, locked(r, r.setPodLocked), onDelete[*corev1.Pod](r, r.removePodLocked)),
+		handle(r.watches.Services, &corev1.Service{}, locked(r, r.setServiceLocked), onDelete[*corev1.Service](r, r.removeServiceLocked)),
+		handle(r.watches.ReplicaSets, &appsv1.ReplicaSet{}, locked(r, r.setReplicaSetLocked), onDelete[*appsv1.ReplicaSet](r, r.removeReplicaSetLocked)),
+		handle(r.watches.EndpointSlices, &discoveryv1.EndpointSlice{}, locked(r, r.setSliceLocked), onDelete[*discoveryv1.EndpointSlice](r, r.removeSliceLocked)),
 	} {
 		if err != nil {
 			return fmt.Errorf("kubernetes: %w", err)
@@ -202,6 +202,24 @@ func (r *Resolver) Start(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
+// locked is an informer's handler that runs f under the lock on the
+// objects of type T, the only type the informer watches.
+func locked[T any](r *Resolver, f func(T)) func(obj any) {
+	return func(obj any) {
+		if o, ok := obj.(T); ok {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			f(o)
+		}
+	}
+}
+
+// onDelete is the handler of deleted objects of type T: remove drops what
+// the indexes hold for one.
+func onDelete[T metav1.Object](r *Resolver, remove func(ns, name string)) func(obj any) {
+	return locked(r, func(o T) { remove(o.GetNamespace(), o.GetName()) })
+}
+
 func key(ns, name string) string { return ns + "/" + name }
 
 // trimRuntime strips "containerd://", "cri-o://", "docker://".
@@ -212,15 +230,9 @@ func trimRuntime(id string) string {
 	return id
 }
 
-func (r *Resolver) setPod(obj any) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
+func (r *Resolver) setPodLocked(p *corev1.Pod) {
 	k := key(p.Namespace, p.Name)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removePodLocked(k)
+	r.removePodLocked(p.Namespace, p.Name)
 	// A finished pod keeps its IP in its status while the address goes to
 	// another pod: it names nobody any more.
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -251,17 +263,10 @@ func (r *Resolver) setPod(obj any) {
 	r.pods[k] = info
 }
 
-func (r *Resolver) deletePod(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		r.mu.Lock()
-		r.removePodLocked(key(p.Namespace, p.Name))
-		r.mu.Unlock()
-	}
-}
-
 // removePodLocked drops a pod's entries, leaving those another pod has
 // taken over since.
-func (r *Resolver) removePodLocked(k string) {
+func (r *Resolver) removePodLocked(ns, name string) {
+	k := key(ns, name)
 	p, ok := r.pods[k]
 	if !ok {
 		return
@@ -279,13 +284,7 @@ func (r *Resolver) removePodLocked(k string) {
 	}
 }
 
-func (r *Resolver) setService(obj any) {
-	s, ok := obj.(*corev1.Service)
-	if !ok {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (r *Resolver) setServiceLocked(s *corev1.Service) {
 	r.removeServiceLocked(s.Namespace, s.Name)
 	var ips []netip.Addr
 	for _, ip := range s.Spec.ClusterIPs {
@@ -295,14 +294,6 @@ func (r *Resolver) setService(obj any) {
 		}
 	}
 	r.svcAddrs[key(s.Namespace, s.Name)] = ips
-}
-
-func (r *Resolver) deleteService(obj any) {
-	if s, ok := obj.(*corev1.Service); ok {
-		r.mu.Lock()
-		r.removeServiceLocked(s.Namespace, s.Name)
-		r.mu.Unlock()
-	}
 }
 
 // removeServiceLocked drops a Service's cluster IPs, leaving those another
@@ -317,38 +308,22 @@ func (r *Resolver) removeServiceLocked(ns, name string) {
 	delete(r.svcAddrs, k)
 }
 
-func (r *Resolver) setReplicaSet(obj any) {
-	rs, ok := obj.(*appsv1.ReplicaSet)
-	if !ok {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (r *Resolver) setReplicaSetLocked(rs *appsv1.ReplicaSet) {
 	if c := metav1.GetControllerOf(rs); c != nil {
 		r.rsOwner[key(rs.Namespace, rs.Name)] = record.K8s{WorkloadKind: c.Kind, Workload: c.Name}
 	} else {
-		delete(r.rsOwner, key(rs.Namespace, rs.Name))
+		r.removeReplicaSetLocked(rs.Namespace, rs.Name)
 	}
 }
 
-func (r *Resolver) deleteReplicaSet(obj any) {
-	if rs, ok := obj.(*appsv1.ReplicaSet); ok {
-		r.mu.Lock()
-		delete(r.rsOwner, key(rs.Namespace, rs.Name))
-		r.mu.Unlock()
-	}
+func (r *Resolver) removeReplicaSetLocked(ns, name string) {
+	delete(r.rsOwner, key(ns, name))
 }
 
-func (r *Resolver) setSlice(obj any) {
-	es, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return
-	}
+func (r *Resolver) setSliceLocked(es *discoveryv1.EndpointSlice) {
 	svc := es.Labels[discoveryv1.LabelServiceName]
 	k := key(es.Namespace, es.Name)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removeSliceLocked(k)
+	r.removeSliceLocked(es.Namespace, es.Name)
 	if svc == "" {
 		return
 	}
@@ -367,15 +342,8 @@ func (r *Resolver) setSlice(obj any) {
 	r.sliceAddrs[k] = addrs
 }
 
-func (r *Resolver) deleteSlice(obj any) {
-	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		r.mu.Lock()
-		r.removeSliceLocked(key(es.Namespace, es.Name))
-		r.mu.Unlock()
-	}
-}
-
-func (r *Resolver) removeSliceLocked(k string) {
+func (r *Resolver) removeSliceLocked(ns, name string) {
+	k := key(ns, name)
 	for _, ip := range r.sliceAddrs[k] {
 		delete(r.endpoints[ip], k)
 		if len(r.endpoints[ip]) == 0 {

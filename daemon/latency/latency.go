@@ -75,14 +75,7 @@ func requester(e *record.Exchange) {
 	e.Start = start
 	ch := chain{at: start}
 	c.Handshake = ch.to(t.W0)
-	x1 := t.X1
-	if x1 == 0 {
-		// Not seen leaving (no TX timestamp and no ACK observed): the
-		// write's return is the best bound.
-		x1 = t.W1
-	}
-	c.SendWait = ch.to(x1)
-	splitSendWait(e)
+	x1 := send(e, &ch)
 
 	if t.R0 == 0 {
 		// One-way message: it ends when it is acknowledged.
@@ -102,11 +95,7 @@ func requester(e *record.Exchange) {
 	c.Peer = gap - c.Network
 	splitNetwork(e)
 
-	recv := ch.to(t.R1)
-	lossIn := min(e.Raw.LossIn, recv)
-	c.LossRecovery += lossIn
-	c.Receive = recv - lossIn
-	c.LocalRead = ch.to(t.D1)
+	c.LossRecovery += receive(e, &ch)
 	e.End = ch.at
 }
 
@@ -115,25 +104,41 @@ func responder(e *record.Exchange) {
 	c := &e.Components
 	e.Start = t.R0
 	ch := chain{at: t.R0}
-	recv := ch.to(t.R1)
-	lossIn := min(e.Raw.LossIn, recv)
-	c.LossRecovery = lossIn
-	c.Receive = recv - lossIn
-	c.LocalRead = ch.to(t.D1)
+	c.LossRecovery = receive(e, &ch)
 	if t.W0 == 0 {
 		e.End = ch.at
 		return
 	}
 	c.Think = ch.to(t.W0)
-	x1 := t.X1
-	if x1 == 0 {
-		x1 = t.W1
-	}
-	c.SendWait = ch.to(x1)
-	splitSendWait(e)
+	send(e, &ch)
 	// The exchange ends when the response has left: the path's round trip
 	// after that is the requester's to see (PathRTT still reports it).
 	e.End = ch.at
+}
+
+// send sets SendWait, the outgoing message's time from the write (where ch
+// stands) to its last byte first sent, and returns that instant.
+func send(e *record.Exchange, ch *chain) record.Mono {
+	x1 := e.Timeline.X1
+	if x1 == 0 {
+		// Not seen leaving (no TX timestamp and no ACK observed): the
+		// write's return is the best bound.
+		x1 = e.Timeline.W1
+	}
+	e.Components.SendWait = ch.to(x1)
+	splitSendWait(e)
+	return x1
+}
+
+// receive sets Receive, the incoming message's own transfer from its first
+// byte (where ch stands) to its last, less the loss recovery in it, which
+// it returns; then LocalRead, the wait until the app read it.
+func receive(e *record.Exchange, ch *chain) (lossIn time.Duration) {
+	recv := ch.to(e.Timeline.R1)
+	lossIn = min(e.Raw.LossIn, recv)
+	e.Components.Receive = recv - lossIn
+	e.Components.LocalRead = ch.to(e.Timeline.D1)
+	return lossIn
 }
 
 // splitNetwork divides Network into propagation (the path's minimum RTT)

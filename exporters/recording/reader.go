@@ -216,33 +216,17 @@ func (d *decoder) decode(b *batch) {
 		it := &b.items[i]
 		switch {
 		case bytes.HasPrefix(l, prefixExchange):
-			if d.h.Exchange != nil {
-				it.exchange = new(record.Exchange)
-				it.err = json.Unmarshal(l, it.exchange)
-			}
+			it.exchange, it.err = decodeIf[record.Exchange](l, d.h.Exchange != nil)
 		case bytes.HasPrefix(l, prefixSample):
-			if d.h.Sample != nil {
-				it.sample = new(Sample)
-				it.err = json.Unmarshal(l, it.sample)
-			}
+			it.sample, it.err = decodeIf[Sample](l, d.h.Sample != nil)
 		case bytes.HasPrefix(l, prefixConnOpen):
-			if d.h.ConnOpen != nil {
-				it.connOpen = new(record.ConnOpen)
-				it.err = json.Unmarshal(l, it.connOpen)
-			}
+			it.connOpen, it.err = decodeIf[record.ConnOpen](l, d.h.ConnOpen != nil)
 		case bytes.HasPrefix(l, prefixConnClose):
-			if d.h.ConnClose != nil {
-				it.connClose = new(record.ConnClose)
-				it.err = json.Unmarshal(l, it.connClose)
-			}
+			it.connClose, it.err = decodeIf[record.ConnClose](l, d.h.ConnClose != nil)
 		case bytes.HasPrefix(l, prefixDiagnoses):
-			if d.h.Diagnoses != nil {
-				it.diagnoses = new(Diagnoses)
-				it.err = json.Unmarshal(l, it.diagnoses)
-			}
+			it.diagnoses, it.err = decodeIf[Diagnoses](l, d.h.Diagnoses != nil)
 		case bytes.HasPrefix(l, prefixEnd):
-			it.end = new(End)
-			it.err = json.Unmarshal(l, it.end)
+			it.end, it.err = decodeIf[End](l, true)
 		default:
 			// A type this version does not know is skipped, as long as
 			// the line is JSON at all.
@@ -258,6 +242,16 @@ func (d *decoder) decode(b *batch) {
 		}
 	}
 	b.lines = nil
+}
+
+// decodeIf decodes line l into a new T when want, and is nil otherwise: a
+// line no handler takes costs no decoding.
+func decodeIf[T any](l []byte, want bool) (*T, error) {
+	if !want {
+		return nil, nil
+	}
+	v := new(T)
+	return v, json.Unmarshal(l, v)
 }
 
 func (d *decoder) deliver(it *item) {
