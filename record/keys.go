@@ -7,18 +7,30 @@ import (
 	"net/netip"
 )
 
-// FlowKey names one connection: the cookie tells apart two connections
-// that reused the same 4-tuple.
+// FlowKey names one connection: its 4-tuple and network namespace plus the
+// kernel's socket cookie, because a 4-tuple is reused once the old
+// connection is gone and the two must not be merged.
 type FlowKey struct {
 	Flow   Flow   `json:"flow"`
 	Cookie uint64 `json:"cookie"`
 }
 
-// PeerKey names "this local program talking to that service": the program
-// by command and cgroup (a pid changes at every restart, they do not), the
-// network namespace, the peer's address, and the service's port: the
-// remote port on the client side, the listening port on the server side.
-// The other port is ephemeral and left out.
+// PeerKey names "this local program talking to that service", which must
+// survive restarts and connection churn:
+//
+//   - the local program is comm + cgroup id, not pid: the pid changes at
+//     every restart, the container (cgroup) and the command name do not;
+//   - the network namespace, because the same addresses mean different
+//     hosts in different namespaces;
+//   - on the client side of a connection (the local end opened it): the
+//     remote address and remote port; the local port is ephemeral and
+//     dropped;
+//   - on the server side (the local end accepted it): the local (listening)
+//     port and the remote address; the remote port is the client's
+//     ephemeral port and is dropped.
+//
+// IPv4-mapped IPv6 addresses are unmapped, so a v4 peer reached through a
+// v6 socket is the same peer as over a v4 socket.
 type PeerKey struct {
 	Netns    uint32 `json:"netns"`
 	Comm     string `json:"comm"`
@@ -35,13 +47,15 @@ type PeerKey struct {
 }
 
 // SideOf picks the side a flow is counted under. The connection's role is
-// authoritative; without it the exchange role is the best guess (the end
-// that opened a connection usually speaks first), and without either the
-// lower port is taken as the listening one.
-func SideOf(conn Role, ex ExchangeRole, f Flow) Role {
-	switch conn {
-	case RoleClient, RoleServer:
-		return conn
+// authoritative: conn, the record's, else known, what the flow learned
+// before (its open record). Without it the exchange role is the best guess
+// (the end that opened a connection usually speaks first), and without
+// either the lower port is taken as the listening one.
+func SideOf(conn, known Role, ex ExchangeRole, f Flow) Role {
+	for _, r := range []Role{conn, known} {
+		if r == RoleClient || r == RoleServer {
+			return r
+		}
 	}
 	switch ex {
 	case Requester:

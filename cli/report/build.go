@@ -99,9 +99,10 @@ type pairAcc struct {
 type builder struct {
 	o   Options
 	hdr recording.Header
-	// roles are the roles of connections opened and not yet named by an
-	// exchange: the side a flow is counted under comes from its opening (a
-	// connection that never exchanged keeps its entry; it is a few dozen bytes).
+	// roles are the roles of the open connections not yet named by an
+	// exchange: the side a flow is counted under comes from its opening.
+	// A connection's close drops its entry, so connections that never
+	// exchange (health checks) do not pile up.
 	roles  map[record.FlowKey]record.Role
 	flows  []*flowAcc
 	cookie map[record.FlowKey]int
@@ -123,10 +124,11 @@ func Build(path string, o Options) (*Model, error) {
 	}
 	var peerDx []*recording.Diagnoses
 	_, end, err := recording.ReadFile(path, recording.Handler{
-		Header:   func(h *recording.Header) { b.hdr = *h },
-		Exchange: b.exchange,
-		ConnOpen: b.connOpen,
-		Sample:   b.sample,
+		Header:    func(h *recording.Header) { b.hdr = *h },
+		Exchange:  b.exchange,
+		ConnOpen:  b.connOpen,
+		ConnClose: func(c *record.ConnClose) { delete(b.roles, record.FlowKey{Flow: c.Flow, Cookie: c.Cookie}) },
+		Sample:    b.sample,
 		Diagnoses: func(d *recording.Diagnoses) {
 			switch {
 			case d.Scope == recording.ScopeFlow && d.Flow != nil:
@@ -171,15 +173,12 @@ func (b *builder) connOpen(o *record.ConnOpen) {
 // peerOf is the peer pair a flow's first exchange names, as the daemon's
 // aggregator names it; an exchange without an owner names none.
 func (b *builder) peerOf(fk record.FlowKey, e *record.Exchange) record.PeerKey {
-	conn := e.ConnRole
-	if conn != record.RoleClient && conn != record.RoleServer {
-		conn = b.roles[fk]
-	}
+	opened := b.roles[fk]
 	delete(b.roles, fk)
 	if !e.Owner.Known() {
 		return record.PeerKey{}
 	}
-	return record.PeerKeyOf(e.Flow, record.SideOf(conn, e.Role, e.Flow), &e.Owner)
+	return record.PeerKeyOf(e.Flow, record.SideOf(e.ConnRole, opened, e.Role, e.Flow), &e.Owner)
 }
 
 func (b *builder) exchange(e *record.Exchange) {

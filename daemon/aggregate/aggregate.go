@@ -513,10 +513,7 @@ func (a *Aggregator) livePeer(f *flowEntry) *peerEntry {
 // creating it, and marks it updated at t. Caller holds wmu.
 func (a *Aggregator) attribute(f *flowEntry, o *record.Owner, conn record.Role, ex record.ExchangeRole, t record.Mono) *peerEntry {
 	if f.side == "" {
-		if conn != record.RoleClient && conn != record.RoleServer {
-			conn = f.connRole
-		}
-		f.side = record.SideOf(conn, ex, f.key.Flow)
+		f.side = record.SideOf(conn, f.connRole, ex, f.key.Flow)
 	}
 	p := a.livePeer(f)
 	// The pair is the flow's (fixed) and its owner's: while the owner is

@@ -15,33 +15,11 @@
 //
 // # Keys
 //
-// A flow is one connection: its 4-tuple and network namespace plus the
-// kernel's socket cookie, because a 4-tuple is reused once the old
-// connection is gone and the two must not be merged.
-//
-// A peer pair is "this local program talking to that service", which must
-// survive restarts and connection churn:
-//
-//   - the local program is comm + cgroup id, not pid: the pid changes at
-//     every restart, the container (cgroup) and the command name do not;
-//   - the network namespace, because the same addresses mean different
-//     hosts in different namespaces;
-//   - on the client side of a connection (the local end opened it): the
-//     remote address and remote port; the local port is ephemeral and
-//     dropped;
-//   - on the server side (the local end accepted it): the local (listening)
-//     port and the remote address; the remote port is the client's
-//     ephemeral port and is dropped.
-//
-// The side comes from the connection's role (record.Exchange.ConnRole,
-// record.ConnOpen.Role, record.ConnClose.Role). For a connection that was
-// open before lattrace started the role is unknown; the side is then taken
-// from the first exchange's role (requester = client, responder = server),
-// and from the ports (the lower one is taken as the listening port) when
-// there is no exchange. The side is fixed for a flow once chosen, so one
-// connection never feeds two peer pairs because its direction of speech
-// changed. IPv4-mapped IPv6 addresses are unmapped, so a v4 peer reached
-// through a v6 socket is the same peer as over a v4 socket.
+// A flow is keyed by record.FlowKey, a peer pair by record.PeerKey; their
+// doc comments say why each field is in the key and which port is dropped.
+// A flow's side (client or server, record.SideOf) is fixed once chosen, so
+// one connection never feeds two peer pairs because its direction of
+// speech changed.
 //
 // # Bounds
 //

@@ -142,10 +142,10 @@ func TestUnknownConnRoleFallsBackAndSticks(t *testing.T) {
 	}
 
 	// Without ConnRole nor exchange role, the lower port is the listener.
-	if s := record.SideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:443"), Remote: ap("2.2.2.2:50000")}); s != record.RoleServer {
+	if s := record.SideOf(record.RoleUnknown, "", "", record.Flow{Local: ap("1.1.1.1:443"), Remote: ap("2.2.2.2:50000")}); s != record.RoleServer {
 		t.Errorf("side %s", s)
 	}
-	if s := record.SideOf(record.RoleUnknown, "", record.Flow{Local: ap("1.1.1.1:50000"), Remote: ap("2.2.2.2:443")}); s != record.RoleClient {
+	if s := record.SideOf(record.RoleUnknown, "", "", record.Flow{Local: ap("1.1.1.1:50000"), Remote: ap("2.2.2.2:443")}); s != record.RoleClient {
 		t.Errorf("side %s", s)
 	}
 }
