@@ -40,6 +40,9 @@ var Outputs = []string{"jsonl", "none"}
 // Validate checks the configuration, its parts' included, before anything
 // is loaded.
 func (c Config) Validate() error {
+	if c.MaxPeerPairs < 1 {
+		return fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", c.MaxPeerPairs)
+	}
 	switch c.Output {
 	case "jsonl", "none":
 	default:
@@ -47,9 +50,6 @@ func (c Config) Validate() error {
 	}
 	if c.Output == "none" && c.OutputPath != "" && c.OutputPath != "-" {
 		return fmt.Errorf("--output-file %s given with --output none", c.OutputPath)
-	}
-	if c.MaxPeerPairs < 1 {
-		return fmt.Errorf("--metrics-max-peer-pairs %d: want at least 1", c.MaxPeerPairs)
 	}
 	if err := c.Tracer.Validate(); err != nil {
 		return err
