@@ -7,26 +7,26 @@ import (
 // Counters are the kernel programs' own accounting, summed over CPUs, plus
 // the reader's. Drops are never silent: every one is counted here.
 type Counters struct {
-	RingbufFull  uint64 `json:"ringbuf_full"`
-	StorageFail  uint64 `json:"storage_fail"`
-	Submitted    uint64 `json:"records_submitted"`
-	SocksTracked uint64 `json:"socks_tracked"`
-	Exchanges    uint64 `json:"exchanges_closed"`
-	TstampOff    uint64 `json:"sockets_without_tx_timestamps"`
+	RingbufFull  uint64
+	StorageFail  uint64
+	Submitted    uint64
+	SocksTracked uint64
+	Exchanges    uint64
+	TstampOff    uint64
 	// PathFull counts paths whose RTT history was dropped for another
 	// path's (their slot of the path table was in use within a minute).
-	PathFull     uint64 `json:"path_entry_failures"`
-	Decoded      uint64 `json:"records_decoded"`
-	DecodeErrors uint64 `json:"decode_errors"`
+	PathFull     uint64
+	Decoded      uint64
+	DecodeErrors uint64
 	// ReplaySkipped counts the deliveries a restarted daemon withheld from
 	// an output because the killed one had already written them (Resume).
-	ReplaySkipped uint64 `json:"replay_skipped,omitempty"`
+	ReplaySkipped uint64
 	// ReleasedUnsynced counts the times records were given back to the
 	// kernel before an output (a slow tracing backend) had made them
 	// durable, because they held half the ring: a kill then loses that
 	// output's copy of them. (Holding on instead would make the kernel
 	// drop new records, for every output.)
-	ReleasedUnsynced uint64 `json:"released_unsynced,omitempty"`
+	ReleasedUnsynced uint64
 }
 
 // Counters reads the per-CPU counters map.

@@ -22,19 +22,20 @@ type hook struct {
 	fallbackFor string
 }
 
-// HookStatus says whether one hook is live, for the log and the API.
+// HookStatus says whether one hook is live, for the log and the daemon's
+// health (the API converts it to its own wire type, api.Hook).
 type HookStatus struct {
-	Program  string `json:"program"`
-	Hook     string `json:"hook"`
-	Required bool   `json:"required"`
-	Feature  string `json:"feature"`
-	Attached bool   `json:"attached"`
+	Program  string
+	Hook     string
+	Required bool
+	Feature  string
+	Attached bool
 	// FallbackFor names the hook this one stands in for, when it is a
 	// fallback.
-	FallbackFor string `json:"fallback_for,omitempty"`
+	FallbackFor string
 	// Adopted: taken over, pinned, from the previous daemon.
-	Adopted bool   `json:"adopted,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Adopted bool
+	Error   string
 }
 
 // Unavailable says in one line that h's feature is off, and why.
