@@ -11,7 +11,8 @@
  *
  * Hooks are tp_btf tracepoints and sockops only: kernels that refuse
  * trampolines (fentry) and kprobes still run every program. The handlers
- * (handlers.bpf.h) do not depend on the attach type, so a program for
+ * (handlers.bpf.h) take the kernel's objects as trusted BTF pointers, the
+ * way tp_btf and fentry programs receive them, so such a program for
  * another attach point of the same event calls the same handler. Only
  * metadata is read (socket fields, TCP control-block sequence numbers),
  * never a payload byte. bpf/README.md lists the headers.
