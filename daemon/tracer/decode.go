@@ -140,8 +140,8 @@ func connOpen(c *lattraceLtConnOpen) record.ConnOpen {
 func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // exchange converts the kernel's record into e, overwriting all of it; the
-// pipeline computes its components. Filling one reused record instead of a new one
-// per exchange spares the garbage collector some 600 bytes per record.
+// pipeline computes its components. Filling one reused record instead of a
+// new one per exchange spares the garbage collector a record per exchange.
 func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 	has := func(f lattraceLtExchangeFlag) bool { return x.Flags&uint32(f) != 0 }
 	*e = record.Exchange{
