@@ -95,7 +95,7 @@ struct lt_owner {
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 1,
+	LT_LAYOUT = 2,
 };
 
 struct lt_header {
@@ -167,6 +167,7 @@ struct lt_exchange {
 	__u32 out_seq, in_seq;
 	__u32 turns_exchange; /* turns since the connection's previous exchange */
 	char cong[16];        /* congestion control, read when the cwnd restarted */
+	__u64 wait_pacing_ns; /* out message held until its pacing departure time */
 };
 
 /* What a socket is doing now, written by the iterator over the socket

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * send_wait.bpf.h: what holds back the unsent part of the out message
- * (congestion window, receive window, send buffer, other), the time
+ * (congestion window, receive window, send buffer, pacing, other), the time
  * charged to each cause, and whether a write will wait in the send queue
  * (which decides whether it is worth a TX timestamp).
  */
@@ -18,9 +18,20 @@ enum wait_cause {
 	WAIT_CWND,
 	WAIT_RWND,
 	WAIT_SNDBUF,
+	WAIT_PACING,
 };
 
-/* What is holding back the unsent part of the out message right now. */
+/* Does TCP give this socket's skbs departure times, one skb's length at
+ * the pacing rate apart? BBR asks for it, and so does SO_MAX_PACING_RATE;
+ * without the fq qdisc TCP itself holds each skb until then. */
+static __always_inline bool paced(struct sock *sk)
+{
+	return sk->sk_pacing_status != SK_PACING_NONE && sk->sk_pacing_rate != ~0UL;
+}
+
+/* What is holding back the unsent part of the out message right now. A
+ * departure time ahead of now is pacing (tcp_wstamp_ns and
+ * bpf_ktime_get_ns are both CLOCK_MONOTONIC). */
 static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 {
 	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
@@ -29,6 +40,8 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 		return WAIT_CWND;
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;
+	if (tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > bpf_ktime_get_ns())
+		return WAIT_PACING;
 	return WAIT_OTHER;
 }
 
@@ -40,8 +53,8 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 /* Will the unsent data, this write's included, wait in the send queue
  * rather than leave in this sendmsg? Called before the kernel pushes it:
  * the window (cwnd, restarted after idle when slow start after idle is
- * on, and rwnd), Nagle and corking decide. A wrong "no" only makes x1
- * late by up to an ACK (the fallback); a wrong "yes" costs callbacks. */
+ * on, and rwnd), pacing, Nagle and corking decide. A wrong "no" makes x1
+ * late by up to an ACK (the fallback); a wrong "yes" only costs callbacks. */
 static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock *tp)
 {
 	__u32 unsent = tp->write_seq - tp->snd_nxt;
@@ -57,6 +70,11 @@ static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock 
 	if ((st->cur.flags & LT_EX_SSAI) && !tp->packets_out && st->cur.idle_ns > TCP_RTO_MIN_NS && cwnd > TCP_INIT_CWND)
 		cwnd = TCP_INIT_CWND;
 	if (in_flight(tp) + (unsent + mss - 1) / mss > cwnd)
+		return true;
+	/* A paced socket sends one skb per departure time: everything waits
+	 * while an earlier skb's time is ahead, and data past the first skb
+	 * waits for the pacing timer. */
+	if (paced((struct sock *)tp) && (unsent > mss || tp->tcp_wstamp_ns > bpf_ktime_get_ns()))
 		return true;
 	if (nonagle & TCP_NAGLE_CORK)
 		return true;
@@ -80,6 +98,9 @@ static __always_inline void wait_account(struct lt_sock *st, __u64 now)
 		break;
 	case WAIT_SNDBUF:
 		st->cur.wait_sndbuf_ns += dt;
+		break;
+	case WAIT_PACING:
+		st->cur.wait_pacing_ns += dt;
 		break;
 	default:
 		st->cur.wait_other_ns += dt;

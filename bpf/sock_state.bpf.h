@@ -18,10 +18,11 @@ enum phase {
 	PHASE_IN = 2,  /* the peer's message is arriving */
 };
 
-/* BPF TX timestamping on a socket. It is switched on only once one of
- * the socket's writes waited in the send queue: with it on, every
- * sendmsg runs the SENDMSG callback, a sockops run that request/response
- * traffic, whose writes leave at once, never needs. */
+/* BPF TX timestamping on a socket. It is switched on at establishment
+ * for a socket TCP will pace, else once one of the socket's writes waited
+ * in the send queue: with it on, every sendmsg runs the SENDMSG callback,
+ * a sockops run that unpaced request/response traffic, whose writes leave
+ * at once, never needs. */
 enum tstamp_state {
 	TSTAMP_NONE = 0,   /* not needed so far */
 	TSTAMP_ON = 1,

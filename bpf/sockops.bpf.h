@@ -59,6 +59,40 @@ static __always_inline void conn_open_record(struct bpf_sock_ops *skops, struct 
 	submit(rec, sizeof(*rec));
 }
 
+/* Switches BPF TX timestamping on for the socket: from then on its
+ * sendmsg calls run the SENDMSG callback, which asks for a timestamp of
+ * the writes that will wait in the send queue. */
+static __always_inline void tstamp_on(struct bpf_sock_ops *skops, struct lt_sock *st)
+{
+	int flags = SK_BPF_CB_TX_TIMESTAMPING;
+
+	if (bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags))) {
+		st->tstamp = TSTAMP_REFUSED;
+		count(LT_CNT_TSTAMP_OFF);
+	} else {
+		st->tstamp = TSTAMP_ON;
+	}
+}
+
+/* Will TCP pace the new connection? Its congestion control is set up only
+ * after the established callback, so BBR's request for pacing is not there
+ * yet: its name says it. A rate cap (SO_MAX_PACING_RATE) set on the
+ * listener came with the accepted socket. A paced socket's writes of more
+ * than one skb wait in the send queue from its first message on, so it
+ * gets TX timestamping at once, not at its first ACK. */
+static __always_inline bool will_pace(struct bpf_sock *bsk)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+	char ca[4] = {};
+
+	if (!tp)
+		return false;
+	if (paced((struct sock *)tp) || tp->inet_conn.icsk_inet.sk.sk_max_pacing_rate != ~0UL)
+		return true;
+	BPF_CORE_READ_STR_INTO(&ca, &tp->inet_conn, icsk_ca_ops, name);
+	return ca[0] == 'b' && ca[1] == 'b' && ca[2] == 'r';
+}
+
 /* ACTIVE_ESTABLISHED_CB (role LT_ROLE_CLIENT) and PASSIVE_ESTABLISHED_CB
  * (LT_ROLE_SERVER): the handshake completed. */
 static __always_inline void sockops_established(struct bpf_sock_ops *skops, struct bpf_sock *bsk, __u32 role)
@@ -97,6 +131,8 @@ static __always_inline void sockops_established(struct bpf_sock_ops *skops, stru
 	if (!cfg.use_tx_tstamp || !bpf_sock_ops_enable_tx_tstamp || !bpf_cast_to_kern_ctx) {
 		st->tstamp = TSTAMP_REFUSED;
 		count(LT_CNT_TSTAMP_OFF);
+	} else if (st->tstamp == TSTAMP_NONE && will_pace(bsk)) {
+		tstamp_on(skops, st);
 	}
 	conn_open_record(skops, st, now);
 }
@@ -113,16 +149,8 @@ static __always_inline void sockops_rtt(struct bpf_sock_ops *skops, struct bpf_s
 	/* This ACK lets the held-back data go: the message's last
 	 * write, if still to come (or still in this sendmsg), gets
 	 * timestamped. */
-	if (st->want_tstamp && st->tstamp == TSTAMP_NONE) {
-		int flags = SK_BPF_CB_TX_TIMESTAMPING;
-
-		if (bpf_setsockopt(skops, SOL_SOCKET, SK_BPF_CB_FLAGS, &flags, sizeof(flags))) {
-			st->tstamp = TSTAMP_REFUSED;
-			count(LT_CNT_TSTAMP_OFF);
-		} else {
-			st->tstamp = TSTAMP_ON;
-		}
-	}
+	if (st->want_tstamp && st->tstamp == TSTAMP_NONE)
+		tstamp_on(skops, st);
 	if (!rtt)
 		return;
 	/* Clean samples only: a pure ACK (no reply data riding on it, so

@@ -48,7 +48,8 @@ type Components struct {
 	SendWaitCwnd   time.Duration `json:"send_wait_cwnd_ns"`
 	SendWaitRwnd   time.Duration `json:"send_wait_rwnd_ns"`
 	SendWaitSndbuf time.Duration `json:"send_wait_sndbuf_ns"`
-	SendWaitOther  time.Duration `json:"send_wait_other_ns"` // pacing, Nagle, the app writing in pieces
+	SendWaitPacing time.Duration `json:"send_wait_pacing_ns"` // TCP holding data until its departure time
+	SendWaitOther  time.Duration `json:"send_wait_other_ns"`  // Nagle, cork, the app writing in pieces
 
 	// LossRecovery is time lost to retransmissions, either direction.
 	LossRecovery time.Duration `json:"loss_recovery_ns"`
@@ -184,6 +185,7 @@ type ExchangeRaw struct {
 	WaitCwnd   time.Duration `json:"wait_cwnd_ns"`
 	WaitRwnd   time.Duration `json:"wait_rwnd_ns"`
 	WaitSndbuf time.Duration `json:"wait_sndbuf_ns"`
+	WaitPacing time.Duration `json:"wait_pacing_ns"`
 	WaitOther  time.Duration `json:"wait_other_ns"`
 }
 

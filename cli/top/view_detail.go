@@ -269,7 +269,7 @@ func sendWait(c record.Components) string {
 	for _, k := range []struct {
 		name string
 		d    time.Duration
-	}{{"cwnd", c.SendWaitCwnd}, {"rwnd", c.SendWaitRwnd}, {"sndbuf", c.SendWaitSndbuf}, {"other", c.SendWaitOther}} {
+	}{{"cwnd", c.SendWaitCwnd}, {"rwnd", c.SendWaitRwnd}, {"sndbuf", c.SendWaitSndbuf}, {"pacing", c.SendWaitPacing}, {"other", c.SendWaitOther}} {
 		if k.d > 0 {
 			causes = append(causes, k.name+" "+fmtDur(k.d))
 		}

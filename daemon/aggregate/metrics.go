@@ -37,6 +37,7 @@ const (
 	csSendWaitCwnd
 	csSendWaitRwnd
 	csSendWaitSndbuf
+	csSendWaitPacing
 	csSendWaitOther
 	csLossRecovery
 	csHandshake
@@ -304,6 +305,7 @@ func (m *metrics) addTiming(c *sketchCfg, t *timing, ex *record.Exchange) {
 	s[csSendWaitCwnd] += float64(cp.SendWaitCwnd)
 	s[csSendWaitRwnd] += float64(cp.SendWaitRwnd)
 	s[csSendWaitSndbuf] += float64(cp.SendWaitSndbuf)
+	s[csSendWaitPacing] += float64(cp.SendWaitPacing)
 	s[csSendWaitOther] += float64(cp.SendWaitOther)
 	s[csLossRecovery] += float64(cp.LossRecovery)
 	s[csHandshake] += float64(cp.Handshake)
@@ -482,6 +484,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 			SendWaitCwnd:   meanDur(cs[csSendWaitCwnd], n),
 			SendWaitRwnd:   meanDur(cs[csSendWaitRwnd], n),
 			SendWaitSndbuf: meanDur(cs[csSendWaitSndbuf], n),
+			SendWaitPacing: meanDur(cs[csSendWaitPacing], n),
 			SendWaitOther:  meanDur(cs[csSendWaitOther], n),
 			LossRecovery:   meanDur(cs[csLossRecovery], n),
 			Handshake:      meanDur(cs[csHandshake], n),

@@ -32,6 +32,7 @@ const (
 	LocalThink         record.DiagnosisName = "app_think"
 	Asymmetry          record.DiagnosisName = "direction_asymmetry"
 	ReceiveLimited     record.DiagnosisName = "receive_limited"
+	Paced              record.DiagnosisName = "paced"
 )
 
 // Thresholds: a part must explain at least this share of the mean latency
@@ -105,7 +106,7 @@ type rule func(f *facts) (record.Diagnosis, bool)
 // equal share and severity in Of's result: its sort is stable.
 var rules = []rule{
 	slowStartAfterIdle, cwndLimited, rwndLimited, sndbufLimited, sendStall,
-	bufferbloat, loss, receiveLimited, connPerRequest, manyTurns,
+	paced, bufferbloat, loss, receiveLimited, connPerRequest, manyTurns,
 	peerThink, localRead, localThink, asymmetry,
 }
 
@@ -217,8 +218,8 @@ var (
 	// sendStall is the wait of small messages with the windows open.
 	sendStall = sendWaitRule(SendStall, "send_wait_other_mean",
 		func(f *facts) time.Duration { return f.otherWait },
-		"data held in the local kernel with the windows open: Nagle waiting for an ACK, cork, pacing, or the app writing in pieces",
-		"if the app writes a message in pieces with Nagle on, set TCP_NODELAY or write it in one call; with BBR or the fq qdisc this is pacing, which spreads a burst over the round trip on purpose")
+		"data held in the local kernel with the windows open: Nagle waiting for an ACK, cork, or the app writing in pieces",
+		"if the app writes a message in pieces with Nagle on, set TCP_NODELAY or write it in one call")
 )
 
 // sendWaitRule is the rule for the send wait wait returns: what the wait
@@ -237,6 +238,26 @@ func sendWaitRule(name record.DiagnosisName, evidence string, wait func(*facts) 
 			Fix:      fix,
 		}, true
 	}
+}
+
+// paced is the outgoing message held by TCP until its departure times:
+// BBR spreads data at its estimate of the path's bandwidth, a rate cap
+// (SO_MAX_PACING_RATE) at that rate. It is how the time is spent, not a
+// fault: through a thin path the pace is the path's capacity, and on a
+// fast one BBR's estimate grows as the connection carries more.
+func paced(f *facts) (record.Diagnosis, bool) {
+	m, c := f.m, f.c
+	s := f.share(c.SendWaitPacing)
+	if s < minShare {
+		return record.Diagnosis{}, false
+	}
+	return record.Diagnosis{
+		Name: Paced, Severity: record.SeverityInfo, Share: s,
+		Summary: fmt.Sprintf("%s of the latency is the local kernel pacing the outgoing data (%s a message on average; the app got %s/s): BBR sends at its estimate of the path's bandwidth, a socket's rate cap at that rate",
+			pct(s), dur(c.SendWaitPacing), rateText(m.Out.Goodput)),
+		Evidence: []record.Evidence{msEv("send_wait_pacing_mean", c.SendWaitPacing), rate("goodput_out", m.Out.Goodput)},
+		Fix:      "nothing to fix when the pace is the path's capacity; if it is far below, look for a rate cap on the sender (SO_MAX_PACING_RATE, the fq qdisc's maxrate)",
+	}, true
 }
 
 // bufferbloat is queueing above the path's minimum round trip; below half

@@ -154,15 +154,16 @@ func splitNetwork(e *record.Exchange) {
 // outside w0..x1) is scaled down so the split always adds up.
 func splitSendWait(e *record.Exchange) {
 	c := &e.Components
-	cwnd, rwnd, sndbuf := e.Raw.WaitCwnd, e.Raw.WaitRwnd, e.Raw.WaitSndbuf
-	measured := cwnd + rwnd + sndbuf
+	cwnd, rwnd, sndbuf, pacing := e.Raw.WaitCwnd, e.Raw.WaitRwnd, e.Raw.WaitSndbuf, e.Raw.WaitPacing
+	measured := cwnd + rwnd + sndbuf + pacing
 	if measured > c.SendWait {
 		scale := float64(c.SendWait) / float64(measured)
 		cwnd = time.Duration(float64(cwnd) * scale)
 		rwnd = time.Duration(float64(rwnd) * scale)
 		sndbuf = time.Duration(float64(sndbuf) * scale)
-		measured = cwnd + rwnd + sndbuf
+		pacing = time.Duration(float64(pacing) * scale)
+		measured = cwnd + rwnd + sndbuf + pacing
 	}
-	c.SendWaitCwnd, c.SendWaitRwnd, c.SendWaitSndbuf = cwnd, rwnd, sndbuf
+	c.SendWaitCwnd, c.SendWaitRwnd, c.SendWaitSndbuf, c.SendWaitPacing = cwnd, rwnd, sndbuf, pacing
 	c.SendWaitOther = c.SendWait - measured
 }

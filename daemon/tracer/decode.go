@@ -168,7 +168,8 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		Raw: record.ExchangeRaw{
 			LossOut: time.Duration(x.LossOutNs), LossIn: time.Duration(x.LossInNs),
 			WaitCwnd: time.Duration(x.WaitCwndNs), WaitRwnd: time.Duration(x.WaitRwndNs),
-			WaitSndbuf: time.Duration(x.WaitSndbufNs), WaitOther: time.Duration(x.WaitOtherNs),
+			WaitSndbuf: time.Duration(x.WaitSndbufNs), WaitPacing: time.Duration(x.WaitPacingNs),
+			WaitOther: time.Duration(x.WaitOtherNs),
 		},
 		CwndStart:          x.CwndStart,
 		CwndEnd:            x.CwndEnd,

@@ -1,13 +1,16 @@
 package tracer
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lattrace/lattrace/record"
+	"golang.org/x/sys/unix"
 )
 
 // TestExchangesLoopback checks exchange cutting on loopback: N round trips
@@ -121,12 +124,14 @@ func TestTxTimestampsWhenHeldBack(t *testing.T) {
 	t.Fatal("no requester exchange for the 1 MiB message")
 }
 
-// TestRequestResponseSkipsTxTimestamping: TX timestamping is switched on
-// only on a socket one of whose writes waited in the send queue. With it
-// on, every sendmsg runs the sockops program once more (the SENDMSG
-// callback). Request/response writes leave at once, so on their sockets
-// the program runs only for the RTT sample of the ACK riding on each
-// reply: about two runs per round trip for both ends, not four.
+// TestRequestResponseSkipsTxTimestamping: on a socket TCP does not pace,
+// TX timestamping is switched on only once one of its writes waited in
+// the send queue. With it on, every sendmsg runs the sockops program once
+// more (the SENDMSG callback). Request/response writes leave at once, so
+// on their sockets the program runs only for the RTT sample of the ACK
+// riding on each reply: about two runs per round trip for both ends, not
+// four. A paced socket (BBR) has it from its start, and still no write of
+// one skb is timestamped.
 func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
 	enableRunStats(t)
 	tr, col := openTracer(t)
@@ -134,14 +139,23 @@ func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
 		t.Fatal("the sockops program is not attached")
 	}
 	runs := func() uint64 { return runStats(t, tr)["lattrace_sockops"].count }
-	before := runs()
 	const n = 500
-	local := pingPong(t, n, 100, 100, 0)
+	before := runs()
+	local := pingPongCC(t, "bbr", n, 100, 100, 0)
+	col.find(t, local)
+	t.Logf("bbr: sockops runs per round trip: %.2f", float64(runs()-before)/n)
+	for _, e := range col.connExchanges(local) {
+		if e.TxTimestamps {
+			t.Fatalf("bbr: %s exchange of 100 bytes each way was TX timestamped", e.Role)
+		}
+	}
+	before = runs()
+	local = pingPongCC(t, "cubic", n, 100, 100, 0)
 	col.find(t, local)
 	perRT := float64(runs()-before) / n
-	t.Logf("sockops runs per round trip: %.2f", perRT)
+	t.Logf("cubic: sockops runs per round trip: %.2f", perRT)
 	if perRT > 3 {
-		t.Errorf("sockops ran %.2f times per round trip: the request/response sockets got TX timestamping", perRT)
+		t.Errorf("cubic: sockops ran %.2f times per round trip: the request/response sockets got TX timestamping", perRT)
 	}
 	for _, e := range col.connExchanges(local) {
 		if e.TxTimestamps {
@@ -155,7 +169,32 @@ func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
 // It returns the address to dial.
 func replyServer(tb testing.TB, req, resp int, think time.Duration) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return replyServerCC(tb, "", req, resp, think)
+}
+
+// congestion sets the congestion control of a socket before connect or
+// listen (accepted sockets inherit the listener's); "" leaves the
+// namespace's default.
+func congestion(cc string) func(network, address string, c syscall.RawConn) error {
+	if cc == "" {
+		return nil
+	}
+	return func(network, address string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+// replyServerCC is replyServer with the congestion control cc.
+func replyServerCC(tb testing.TB, cc string, req, resp int, think time.Duration) string {
+	tb.Helper()
+	lc := net.ListenConfig{Control: congestion(cc)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -185,7 +224,14 @@ func replyServer(tb testing.TB, req, resp int, think time.Duration) string {
 // address once the client has closed.
 func pingPong(t *testing.T, n, req, resp int, think time.Duration) netip.AddrPort {
 	t.Helper()
-	c, err := net.Dial("tcp", replyServer(t, req, resp, think))
+	return pingPongCC(t, "", n, req, resp, think)
+}
+
+// pingPongCC is pingPong with the congestion control cc at both ends.
+func pingPongCC(t *testing.T, cc string, n, req, resp int, think time.Duration) netip.AddrPort {
+	t.Helper()
+	d := net.Dialer{Control: congestion(cc)}
+	c, err := d.Dial("tcp", replyServerCC(t, cc, req, resp, think))
 	if err != nil {
 		t.Fatal(err)
 	}

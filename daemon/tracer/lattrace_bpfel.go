@@ -106,6 +106,7 @@ type lattraceLtExchange struct {
 	InSeq         uint32
 	TurnsExchange uint32
 	Cong          [16]int8
+	WaitPacingNs  uint64
 }
 
 type lattraceLtExchangeFlag uint32
@@ -165,7 +166,7 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 1
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 2
 )
 
 type lattraceLtOwner struct {

@@ -142,6 +142,7 @@ func stageAttrs(e *record.Exchange, name string) []attribute.KeyValue {
 			attribute.Int64("lattrace.component.send_wait_cwnd_ns", int64(c.SendWaitCwnd)),
 			attribute.Int64("lattrace.component.send_wait_rwnd_ns", int64(c.SendWaitRwnd)),
 			attribute.Int64("lattrace.component.send_wait_sndbuf_ns", int64(c.SendWaitSndbuf)),
+			attribute.Int64("lattrace.component.send_wait_pacing_ns", int64(c.SendWaitPacing)),
 			attribute.Int64("lattrace.component.send_wait_other_ns", int64(c.SendWaitOther)))
 	}
 	return kv
@@ -181,6 +182,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Int64("lattrace.component.send_wait_cwnd_ns", int64(c.SendWaitCwnd)),
 		attribute.Int64("lattrace.component.send_wait_rwnd_ns", int64(c.SendWaitRwnd)),
 		attribute.Int64("lattrace.component.send_wait_sndbuf_ns", int64(c.SendWaitSndbuf)),
+		attribute.Int64("lattrace.component.send_wait_pacing_ns", int64(c.SendWaitPacing)),
 		attribute.Int64("lattrace.component.send_wait_other_ns", int64(c.SendWaitOther)),
 		attribute.Int64("lattrace.component.loss_recovery_ns", int64(c.LossRecovery)),
 		attribute.Int64("lattrace.component.handshake_ns", int64(c.Handshake)),

@@ -359,22 +359,38 @@ func TestDiagnoseWindowLimited(t *testing.T) {
 		s.settle(recs)
 		s.verdict(s.netnsA, record.Requester).quiet(t, diagnose.SndbufLimited)
 	})
-	t.Run("cwnd: 1 MB through 10 Mbit/s", func(t *testing.T) {
-		thin := netlab.Link{Delay: 10 * time.Millisecond, RateBitsPerSec: 10_000_000, QueueLimitBytes: 64 << 10}
-		s := newScenario(t, netlab.Config{AtoB: thin, BtoA: netlab.Link{Delay: 10 * time.Millisecond}}, tracer.Options{})
-		if err := s.lab.A.Sysctl("net.ipv4.tcp_slow_start_after_idle", "0"); err != nil {
-			t.Fatal(err)
-		}
-		s.server(workload.ServerConfig{})
-		recs := s.client(workload.ClientConfig{ReqSize: 1 << 20, RespSize: 100, Count: 3, Interval: 1500 * time.Millisecond})
-		s.settle(recs)
-		v := s.verdict(s.netnsA, record.Requester)
-		d := v.fires(t, diagnose.CwndLimited, 0.5)
-		// The app's rate while it waited: near the bottleneck's 1.25 MB/s
-		// (less the headers and the first round trips).
-		within(t, "goodput (MB/s)", evidence(t, d, "goodput_out")/1e6, 0.7, 1.3)
-		accuracy(t, "goodput while window-limited", "Mbit/s", 10*0.965, "injected 10 Mbit/s bottleneck (IP rate; TCP payload 96.5 %)", evidence(t, d, "goodput_out")*8/1e6)
-	})
+	// The same upload under cubic waits for the window; under BBR, which
+	// paces at its estimate of the bottleneck's rate, the wait is pacing.
+	for _, c := range []struct {
+		cc   string
+		name record.DiagnosisName
+	}{{"cubic", diagnose.CwndLimited}, {"bbr", diagnose.Paced}} {
+		t.Run(c.cc+": 1 MB through 10 Mbit/s", func(t *testing.T) {
+			thin := netlab.Link{Delay: 10 * time.Millisecond, RateBitsPerSec: 10_000_000, QueueLimitBytes: 64 << 10}
+			s := newLab(t, netlab.Config{AtoB: thin, BtoA: netlab.Link{Delay: 10 * time.Millisecond}})
+			if err := s.lab.A.Sysctl("net.ipv4.tcp_slow_start_after_idle", "0"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.lab.A.Sysctl("net.ipv4.tcp_congestion_control", c.cc); err != nil {
+				t.Fatal(err)
+			}
+			s.startTracer(tracer.Options{})
+			s.server(workload.ServerConfig{})
+			recs := s.client(workload.ClientConfig{ReqSize: 1 << 20, RespSize: 100, Count: 3, Interval: 1500 * time.Millisecond})
+			s.settle(recs)
+			v := s.verdict(s.netnsA, record.Requester)
+			d := v.fires(t, c.name, 0.5)
+			// The app's rate while it waited: near the bottleneck's 1.25 MB/s
+			// (less the headers and the first round trips).
+			within(t, "goodput (MB/s)", evidence(t, d, "goodput_out")/1e6, 0.7, 1.3)
+			accuracy(t, "goodput while "+string(c.name), "Mbit/s", 10*0.965, "injected 10 Mbit/s bottleneck (IP rate; TCP payload 96.5 %)", evidence(t, d, "goodput_out")*8/1e6)
+			for _, other := range []record.DiagnosisName{diagnose.CwndLimited, diagnose.Paced, diagnose.SendStall} {
+				if other != c.name {
+					v.quiet(t, other)
+				}
+			}
+		})
+	}
 	t.Run("cwnd control: small requests", func(t *testing.T) {
 		s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
 		s.server(workload.ServerConfig{})

@@ -93,7 +93,7 @@ func RunBulk(ctx context.Context, cfg BulkConfig) (BulkResult, error) {
 	c := &client{
 		cfg: ClientConfig{Addr: cfg.Addr, Nagle: cfg.Nagle, ConnectTimeout: cfg.ConnectTimeout},
 		dialer: net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1,
-			Control: bufControl(cfg.RcvBuf, cfg.SndBuf)},
+			Control: sockControl(cfg.RcvBuf, cfg.SndBuf, 0)},
 	}
 	if cfg.TLS {
 		c.tlsConf = clientTLSConfig(cfg.TLSConfig, cfg.Addr)

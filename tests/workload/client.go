@@ -214,7 +214,7 @@ func RunClient(ctx context.Context, cfg ClientConfig) ([]ClientRecord, error) {
 	c := &client{
 		cfg:    cfg,
 		out:    &jsonlWriter{w: cfg.Out},
-		dialer: net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1, Control: bufControl(cfg.RcvBuf, cfg.SndBuf)},
+		dialer: net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: -1, Control: sockControl(cfg.RcvBuf, cfg.SndBuf, 0)},
 		next:   time.Now(),
 	}
 	if cfg.TLS {

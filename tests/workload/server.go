@@ -36,6 +36,13 @@ type ServerConfig struct {
 	// RcvBuf and SndBuf set SO_RCVBUF/SO_SNDBUF on the listener (inherited
 	// by accepted connections) when > 0.
 	RcvBuf, SndBuf int
+	// PacingRate, when > 0, caps the pacing rate of accepted connections
+	// (SO_MAX_PACING_RATE on the listener, in bytes per second): TCP then
+	// paces their data by itself, whatever the congestion control.
+	PacingRate int64
+	// SplitResponse writes each response in two calls, its header and then
+	// the rest, as nginx writes a header and then the body.
+	SplitResponse bool
 	// ReadDelay makes the server sleep before reading each request.
 	ReadDelay time.Duration
 	// ReadChunk caps each read call at this many bytes (slow reader).
@@ -68,6 +75,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.DefaultRespSize != 0 && (c.DefaultRespSize < HeaderSize || c.DefaultRespSize > MaxMessageSize) {
 		return fmt.Errorf("invalid response size %d: must be between the %d-byte header and %d", c.DefaultRespSize, HeaderSize, MaxMessageSize)
+	}
+	if c.PacingRate < 0 {
+		return fmt.Errorf("invalid pacing rate %d: must not be negative", c.PacingRate)
 	}
 	if c.RcvBuf < 0 || c.SndBuf < 0 {
 		return fmt.Errorf("invalid socket buffer size (rcvbuf %d, sndbuf %d): must not be negative", c.RcvBuf, c.SndBuf)
@@ -132,7 +142,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		}
 		s.tlsConf = &tls.Config{Certificates: []tls.Certificate{*cert}}
 	}
-	lc := net.ListenConfig{Control: bufControl(cfg.RcvBuf, cfg.SndBuf), KeepAlive: -1}
+	lc := net.ListenConfig{Control: sockControl(cfg.RcvBuf, cfg.SndBuf, cfg.PacingRate), KeepAlive: -1}
 	ln, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, err
@@ -427,7 +437,17 @@ func (cs *connState) respond(r ServerRecord, think time.Duration) bool {
 		ThinkMicros: thinkToMicros(think),
 		Aux:         uint64(r.RespWriteStartNs - r.LastReqByteNs),
 	}.Put(buf)
-	n, err := cs.conn.Write(buf)
+	var n int
+	if s.cfg.SplitResponse && len(buf) > HeaderSize {
+		n, err = cs.conn.Write(buf[:HeaderSize])
+		if err == nil {
+			var m int
+			m, err = cs.conn.Write(buf[HeaderSize:])
+			n += m
+		}
+	} else {
+		n, err = cs.conn.Write(buf)
+	}
 	r.RespWriteDoneNs = MonoNow()
 	cs.wmu.Unlock()
 	r.RespBytes = int64(n)

@@ -7,28 +7,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// bufControl returns a net.Dialer/ListenConfig Control function that sets
-// SO_RCVBUF and SO_SNDBUF (when > 0) before connect/listen, so that the
-// receive buffer also shapes the advertised window scale. Accepted sockets
-// inherit the listener's values. The kernel doubles the value given.
-func bufControl(rcvbuf, sndbuf int) func(network, address string, c syscall.RawConn) error {
-	if rcvbuf <= 0 && sndbuf <= 0 {
+// sockControl returns a net.Dialer/ListenConfig Control function that sets,
+// before connect or listen, SO_RCVBUF and SO_SNDBUF (when > 0), so that the
+// receive buffer also shapes the advertised window scale, and
+// SO_MAX_PACING_RATE (bytes per second, when > 0). Accepted sockets inherit
+// the listener's values. The kernel doubles the buffer sizes given.
+func sockControl(rcvbuf, sndbuf int, pacing int64) func(network, address string, c syscall.RawConn) error {
+	if rcvbuf <= 0 && sndbuf <= 0 && pacing <= 0 {
 		return nil
 	}
 	return func(network, address string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
-			if rcvbuf > 0 {
-				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, rcvbuf); e != nil {
-					serr = e
-					return
+			set := func(opt, v int) {
+				if v > 0 && serr == nil {
+					serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, v)
 				}
 			}
-			if sndbuf > 0 {
-				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sndbuf); e != nil {
-					serr = e
-				}
-			}
+			set(unix.SO_RCVBUF, rcvbuf)
+			set(unix.SO_SNDBUF, sndbuf)
+			set(unix.SO_MAX_PACING_RATE, int(pacing))
 		})
 		if err != nil {
 			return err

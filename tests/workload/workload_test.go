@@ -434,7 +434,7 @@ func TestChunkingAndSlowReaders(t *testing.T) {
 		WriteChunks: 4, ChunkGap: 5 * time.Millisecond, Nagle: true,
 		ReadChunk: 100, ReadGap: time.Millisecond, ReadDelay: 10 * time.Millisecond, RcvBuf: 32 << 10})
 	// Socket buffer options reach the socket (the kernel doubles them).
-	d := net.Dialer{Control: bufControl(32<<10, 48<<10)}
+	d := net.Dialer{Control: sockControl(32<<10, 48<<10, 0)}
 	c, err := d.Dial("tcp", srv.addr)
 	if err != nil {
 		t.Fatal(err)
