@@ -133,16 +133,61 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 	st->hole_start_ns = 0;
 }
 
-/* The role of the first exchange seen on a socket. Normally the end that
- * speaks first requests. A socket adopted mid-connection may be seen first
- * in the middle of an exchange (the tail of a response, or a response being
- * written), so there the ports decide: the listening port is usually the
- * lower one and the client, the usual requester, has the ephemeral one. */
+/* The role of the exchanges of a socket. The end that connected requests,
+ * whatever races the first bytes (a server's SETTINGS or greeting may be
+ * written before the client's first request arrives). A socket adopted
+ * mid-connection has no known role: normally the end that speaks first
+ * requests, but it may be seen first in the middle of an exchange (the
+ * tail of a response, or a response being written), so there the ports
+ * decide: the listening port is usually the lower one and the client has
+ * the ephemeral one. */
 static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direction)
 {
+	if (st->role == LT_ROLE_CLIENT)
+		return LT_REQUESTER;
+	if (st->role == LT_ROLE_SERVER)
+		return LT_RESPONDER;
 	if (!st->partial || st->emitted_any)
 		return by_direction;
 	return st->flow.sport > st->flow.dport ? LT_REQUESTER : LT_RESPONDER;
+}
+
+/* Has the exchange only a message from the server that came before any
+ * request: a greeting (MySQL, SMTP, SSH) or a protocol's opening frames
+ * (HTTP/2 SETTINGS)? The requester got it in; the responder sent it. On a
+ * connection adopted mid-way (no known role) the first message seen is
+ * the tail of an exchange instead. */
+static __always_inline bool greeting_only(const struct lt_sock *st)
+{
+	if (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER)
+		return false;
+	return st->cur.role == LT_REQUESTER ? !st->cur.w0 : !st->cur.r0;
+}
+
+/* The greeting is not a message of the exchange: the exchange goes on
+ * with the request that follows, and says that the server spoke first.
+ * The client's first exchange keeps its start at connect, so the greeting
+ * shows in its connection setup. */
+static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *tp)
+{
+	struct lt_exchange *ex = &st->cur;
+
+	ex->flags |= LT_EX_GREETING;
+	if (ex->role == LT_REQUESTER) {
+		ex->r0 = ex->r1 = ex->d1 = 0;
+		ex->segs_in = 0;
+		ex->loss_in_ns = 0;
+		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+		st->hole_start_ns = 0;
+	} else {
+		ex->w0 = ex->w1 = ex->x1 = ex->a1 = 0;
+		ex->flags &= ~(LT_EX_ACK_PURE | LT_EX_CWND_RESTART);
+		ex->ack_rtt_us = 0;
+		ex->wait_cwnd_ns = ex->wait_rwnd_ns = ex->wait_sndbuf_ns = ex->wait_other_ns = ex->wait_pacing_ns = 0;
+		ex->loss_out_ns = 0;
+		st->out_seq_start = st->out_seq_end = tp->write_seq;
+		st->wait_last_ns = 0;
+	}
 }
 
 /* A message starts in the direction an exchange of role begins with
@@ -153,7 +198,11 @@ static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp
 {
 	if (st->phase == other) {
 		st->turns++;
-		if (st->cur.role == role) {
+		if (st->cur.role != role)
+			return;
+		if (greeting_only(st)) {
+			drop_greeting(st, tp);
+		} else {
 			emit_exchange(st, tp, now);
 			reset_exchange(st, sk, tp, role, now);
 		}

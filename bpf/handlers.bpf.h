@@ -266,6 +266,13 @@ static __always_inline void handle_close(struct sock *sk)
 	now = bpf_ktime_get_ns();
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (st->phase != PHASE_NONE) {
+		/* A message without its reply: a closing message (a protocol's
+		 * goodbye), a request the peer never answered, a one-way
+		 * stream, or a greeting nobody answered. */
+		if (!st->cur.w0 || !st->cur.r0)
+			st->cur.flags |= LT_EX_UNANSWERED;
+		if (greeting_only(st))
+			st->cur.flags |= LT_EX_GREETING;
 		emit_exchange(st, tp, now);
 		st->phase = PHASE_NONE;
 		__builtin_memset(&st->cur, 0, sizeof(st->cur));

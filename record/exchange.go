@@ -153,6 +153,18 @@ type Exchange struct {
 	// Partial: the connection was open before lattrace started and this is
 	// the first exchange seen, so its beginning may be missing.
 	Partial bool `json:"partial,omitempty"`
+	// Greeting: the server spoke first on the connection (MySQL's
+	// greeting, SMTP's banner, HTTP/2's SETTINGS racing the client's
+	// preface); that message is not part of this exchange, which begins
+	// with the client's first request. On the client's first exchange it
+	// falls in the connection setup (Handshake).
+	Greeting bool `json:"greeting,omitempty"`
+	// Unanswered: the connection closed before this exchange's message got
+	// its reply: a protocol's closing message, a request the peer never
+	// answered, a one-way stream. Its duration is how long the message
+	// waited, not a round trip, so it is no latency sample: the
+	// aggregates count it apart (Metrics.Unanswered).
+	Unanswered bool `json:"unanswered,omitempty"`
 
 	// Peer names the remote end in a cluster: the pod or Service behind
 	// the remote address (filled in by the daemon).

@@ -167,6 +167,9 @@ func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
 	if m.Partial > 0 {
 		ex += fmt.Sprintf(" (%d partial)", m.Partial)
 	}
+	if m.Unanswered > 0 {
+		ex += fmt.Sprintf(" (%d unanswered)", m.Unanswered)
+	}
 	items := []string{
 		ex,
 		fmtRate(rate) + "/s",

@@ -252,9 +252,9 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		return
 	}
 	t := ex.Time
-	// Partial exchanges skip the sketches.
+	// Partial and unanswered exchanges skip the sketches.
 	var tm timing
-	if !ex.Partial {
+	if !ex.Partial && !ex.Unanswered {
 		tm.of(a.flowSC.m, ex)
 	}
 	a.wmu.Lock()

@@ -70,8 +70,8 @@ type metrics struct {
 }
 
 type scalars struct {
-	exchanges, requester, responder, partial uint64
-	firstSeen, lastSeen                      record.Mono
+	exchanges, requester, responder, partial, unanswered uint64
+	firstSeen, lastSeen                                  record.Mono
 	// active is the sum of the durations of the complete exchanges in
 	// ns, the denominator of goodput; activeBytes* the numerators.
 	active                        float64
@@ -195,6 +195,12 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 		// are truncated: it would drag the distributions and the goodput
 		// down. It still counts for traffic, RTT and window state below.
 		sc.partial++
+	} else if ex.Unanswered {
+		// A message without its reply (closing message, unanswered
+		// request, one-way stream) waited: its duration is no round
+		// trip. A one-way stream's rate is still the path's.
+		sc.unanswered++
+		m.addTransfers(ex)
 	} else {
 		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
@@ -330,9 +336,13 @@ type Metrics struct {
 	// count for traffic, RTT, turns and cwnd but not in the latency
 	// distributions, component means, Active or Goodput, whose timing
 	// they would truncate.
-	Partial   uint64      `json:"partial"`
-	FirstSeen record.Mono `json:"first_seen_mono_ns"`
-	LastSeen  record.Mono `json:"last_seen_mono_ns"`
+	Partial uint64 `json:"partial"`
+	// Unanswered counts exchanges whose message got no reply before the
+	// connection closed (record.Exchange.Unanswered): they count like
+	// partial ones, outside the latency distributions and means.
+	Unanswered uint64      `json:"unanswered"`
+	FirstSeen  record.Mono `json:"first_seen_mono_ns"`
+	LastSeen   record.Mono `json:"last_seen_mono_ns"`
 	// Active is the summed duration of the (non-partial) exchanges: the
 	// time the application was waiting on this key, idle gaps excluded.
 	// For a peer pair, exchanges of concurrent connections each count.
@@ -454,17 +464,18 @@ func goodput(bytes uint64, active float64) float64 {
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	m.fold(c)
 	sc := &m.sc
-	n := sc.exchanges - sc.partial // the exchanges with timing
+	n := sc.exchanges - sc.partial - sc.unanswered // the exchanges with timing
 	cs := &sc.compSum
 	out := Metrics{
-		Exchanges: sc.exchanges,
-		Requester: sc.requester,
-		Responder: sc.responder,
-		Partial:   sc.partial,
-		FirstSeen: sc.firstSeen,
-		LastSeen:  sc.lastSeen,
-		Active:    time.Duration(math.Round(sc.active)),
-		Duration:  m.sk[skDuration].summary(c),
+		Exchanges:  sc.exchanges,
+		Requester:  sc.requester,
+		Responder:  sc.responder,
+		Partial:    sc.partial,
+		Unanswered: sc.unanswered,
+		FirstSeen:  sc.firstSeen,
+		LastSeen:   sc.lastSeen,
+		Active:     time.Duration(math.Round(sc.active)),
+		Duration:   m.sk[skDuration].summary(c),
 		Components: ComponentSummaries{
 			Network:      m.sk[skNetwork].summary(c),
 			Queueing:     m.sk[skQueueing].summary(c),

@@ -16,7 +16,8 @@ type Summary struct {
 	// Count is how many values were recorded, zeros included: a component
 	// that did not happen in an exchange (no handshake on a reused
 	// connection) is a zero, so quantiles are "per exchange". For the
-	// exchange distributions it is Metrics.Exchanges - Metrics.Partial.
+	// exchange distributions it is Metrics.Exchanges - Metrics.Partial -
+	// Metrics.Unanswered.
 	Count uint64 `json:"count"`
 	// Nonzero is how many of them were above zero: how often the
 	// component happened at all.

@@ -77,7 +77,7 @@ const (
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
 func Of(m *aggregate.Metrics) []record.Diagnosis {
-	if m.Exchanges-m.Partial == 0 || m.Duration.Mean <= 0 {
+	if m.Exchanges-m.Partial-m.Unanswered == 0 || m.Duration.Mean <= 0 {
 		return nil
 	}
 	f := newFacts(m)
@@ -511,7 +511,7 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	// Every finding on one exchange must cost it exchangeMinPart: a
 	// shorter exchange (most of them, on a LAN) has none, and this runs
 	// for every exchange.
-	if e.Partial || e.Duration < exchangeMinPart {
+	if e.Partial || e.Unanswered || e.Duration < exchangeMinPart {
 		return nil
 	}
 	c := &e.Components

@@ -187,6 +187,8 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		TxTimestamps:       has(lattraceLtExchangeFlagLT_EX_TX_TSTAMP),
 		Partial:            has(lattraceLtExchangeFlagLT_EX_PARTIAL),
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
+		Greeting:           has(lattraceLtExchangeFlagLT_EX_GREETING),
+		Unanswered:         has(lattraceLtExchangeFlagLT_EX_UNANSWERED),
 	}
 	e.Role = exchangeRole(x.Role)
 	e.CongestionControl = congs.get(x.Cong[:])

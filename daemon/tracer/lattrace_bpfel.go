@@ -118,6 +118,8 @@ const (
 	lattraceLtExchangeFlagLT_EX_PARTIAL      lattraceLtExchangeFlag = 8
 	lattraceLtExchangeFlagLT_EX_FIRST        lattraceLtExchangeFlag = 16
 	lattraceLtExchangeFlagLT_EX_ACK_PURE     lattraceLtExchangeFlag = 32
+	lattraceLtExchangeFlagLT_EX_GREETING     lattraceLtExchangeFlag = 64
+	lattraceLtExchangeFlagLT_EX_UNANSWERED   lattraceLtExchangeFlag = 128
 )
 
 type lattraceLtExchangeRole uint32

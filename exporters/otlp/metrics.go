@@ -160,8 +160,10 @@ func newMetrics(scope instrumentation.Scope, maxPairs int) *metrics {
 // pairOf returns e's pair, folding pairs beyond the cap into the "other"
 // pair of the role. The caller holds mu.
 func (m *metrics) pairOf(e *record.Exchange) *pair {
+	// The server's port, whichever end spoke first: a server that greets
+	// (MySQL, SMTP) must not make one pair per client port.
 	port := e.Flow.Remote.Port()
-	if e.Role == record.Responder {
+	if record.SideOf(e.ConnRole, record.RoleUnknown, e.Role, e.Flow) == record.RoleServer {
 		port = e.Flow.Local.Port()
 	}
 	k := pairKey{comm: e.Owner.Comm, remote: e.Flow.Remote.Addr().Unmap(), port: port, role: e.Role}
@@ -187,14 +189,17 @@ func (m *metrics) exchange(e *record.Exchange) {
 	defer m.mu.Unlock()
 	p := m.pairOf(e)
 	p.exchanges++
-	p.duration.add(e.Duration.Seconds())
-	c := e.Components
-	for i, d := range [8]time.Duration{
-		c.Network, c.SendWait, c.LossRecovery, c.Handshake,
-		c.Receive, c.Peer, c.LocalRead, c.Think,
-	} {
-		if d > 0 {
-			p.components[i].add(d.Seconds())
+	// A message without a reply waited; it made no round trip.
+	if !e.Unanswered {
+		p.duration.add(e.Duration.Seconds())
+		c := e.Components
+		for i, d := range [8]time.Duration{
+			c.Network, c.SendWait, c.LossRecovery, c.Handshake,
+			c.Receive, c.Peer, c.LocalRead, c.Think,
+		} {
+			if d > 0 {
+				p.components[i].add(d.Seconds())
+			}
 		}
 	}
 	p.turns += int64(e.ExchangeTurns)

@@ -156,7 +156,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 	}
 	local, remote := e.Flow.Local, e.Flow.Remote
 	server, client := remote, local
-	if e.Role == record.Responder {
+	if record.SideOf(e.ConnRole, record.RoleUnknown, e.Role, e.Flow) == record.RoleServer {
 		server, client = local, remote
 	}
 	kv := []attribute.KeyValue{
@@ -205,6 +205,8 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.cwnd_restart", e.CwndRestart),
 		attribute.Bool("lattrace.first", e.First),
 		attribute.Bool("lattrace.partial", e.Partial),
+		attribute.Bool("lattrace.unanswered", e.Unanswered),
+		attribute.Bool("lattrace.greeting", e.Greeting),
 	}
 	if e.Owner.ContainerID != "" {
 		kv = append(kv, attribute.String("container.id", e.Owner.ContainerID))

@@ -42,8 +42,8 @@ func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
 	v := verdict{perExchange: map[record.DiagnosisName]int{}}
 	kept := map[uint64]bool{}
 	var role record.ExchangeRole
-	s.col.mu.Lock()
-	for _, e := range s.col.exchanges {
+	s.col.Mu.Lock()
+	for _, e := range s.col.Exchanges {
 		all.AddExchange(e)
 		if !keep(e) {
 			continue
@@ -55,13 +55,13 @@ func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
 			v.perExchange[d.Name]++
 		}
 	}
-	for _, c := range s.col.closes {
+	for _, c := range s.col.Closes {
 		all.AddConnClose(c)
 		if kept[c.Cookie] {
 			side.AddConnClose(c)
 		}
 	}
-	s.col.mu.Unlock()
+	s.col.Mu.Unlock()
 	pairs := side.Peers()
 	if len(pairs) != 1 {
 		s.t.Fatalf("%d peer pairs on the %s side, want 1: %+v", len(pairs), role, pairs)
@@ -175,9 +175,9 @@ func TestDiagnoseSlowStartAfterIdle(t *testing.T) {
 			if n := v.perExchange[diagnose.SlowStartAfterIdle]; n != 4 {
 				t.Errorf("slow start after idle on %d exchanges, want the 4 after the first", n)
 			}
-			s.col.mu.Lock()
-			defer s.col.mu.Unlock()
-			for _, e := range s.col.exchanges {
+			s.col.Mu.Lock()
+			defer s.col.Mu.Unlock()
+			for _, e := range s.col.Exchanges {
 				if e.Flow.Netns != s.netnsA || e.Role != record.Requester || e.First {
 					continue
 				}

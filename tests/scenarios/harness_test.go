@@ -15,15 +15,13 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/bench"
+	"github.com/lattrace/lattrace/tests/labtrace"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
@@ -44,66 +42,16 @@ func accuracy(t *testing.T, quantity, unit string, truth float64, from string, m
 // msf is d in milliseconds, for accuracy rows.
 func msf(d time.Duration) float64 { return float64(d) / 1e6 }
 
-// collector keeps what the tracer reports for the lab's namespaces.
-type collector struct {
-	mu        sync.Mutex
-	netns     map[uint32]bool
-	also      record.Sink
-	exchanges []*record.Exchange
-	opens     []record.ConnOpen
-	closes    []record.ConnClose
-}
-
-func (c *collector) keep(f record.Flow) bool { return c.netns[f.Netns] }
-
-func (c *collector) Exchange(e *record.Exchange) {
-	if c.keep(e.Flow) {
-		if c.also != nil {
-			c.also.Exchange(e)
-		}
-		c.mu.Lock()
-		x := *e // the tracer reuses e
-		c.exchanges = append(c.exchanges, &x)
-		c.mu.Unlock()
-	}
-}
-
-func (c *collector) ConnOpen(o record.ConnOpen) {
-	if c.keep(o.Flow) {
-		c.mu.Lock()
-		c.opens = append(c.opens, o)
-		c.mu.Unlock()
-	}
-}
-
-func (c *collector) ConnClose(r record.ConnClose) {
-	if c.keep(r.Flow) {
-		c.mu.Lock()
-		c.closes = append(c.closes, r)
-		c.mu.Unlock()
-	}
-}
-
-func (c *collector) Flush() {}
-
 // scenario is one lab with the tracer watching it.
 type scenario struct {
 	t              *testing.T
 	lab            *netlab.Lab
 	tr             *tracer.Tracer
-	col            *collector
+	col            *labtrace.Collector
 	netnsA, netnsB uint32
 	// also receives every record the lab's namespaces produce (an exporter
 	// under test); set before startTracer.
 	also record.Sink
-}
-
-func netnsInode(t *testing.T, name string) uint32 {
-	var st syscall.Stat_t
-	if err := syscall.Stat("/run/netns/"+name, &st); err != nil {
-		t.Fatalf("netns %s: %v", name, err)
-	}
-	return uint32(st.Ino)
 }
 
 func newScenario(t *testing.T, cfg netlab.Config, opts tracer.Options) *scenario {
@@ -117,37 +65,15 @@ func newScenario(t *testing.T, cfg netlab.Config, opts tracer.Options) *scenario
 func newLab(t *testing.T, cfg netlab.Config) *scenario {
 	t.Helper()
 	lab := netlab.NewT(t, cfg)
-	s := &scenario{t: t, lab: lab, netnsA: netnsInode(t, lab.A.Netns), netnsB: netnsInode(t, lab.B.Netns)}
-	s.col = &collector{netns: map[uint32]bool{s.netnsA: true, s.netnsB: true}}
+	s := &scenario{t: t, lab: lab, netnsA: labtrace.NetnsInode(t, lab.A.Netns), netnsB: labtrace.NetnsInode(t, lab.B.Netns)}
+	s.col = labtrace.NewCollector(s.netnsA, s.netnsB)
 	return s
 }
 
 func (s *scenario) startTracer(opts tracer.Options) {
-	t := s.t
-	t.Helper()
-	if opts.DrainInterval == 0 {
-		opts.DrainInterval = 20 * time.Millisecond
-	}
-	tr, err := tracer.Open(opts)
-	if err != nil {
-		t.Fatalf("tracer: %v (scenarios load BPF programs: run as root)", err)
-	}
-	s.tr = tr
-	s.col.also = s.also
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx, pipeline.New(pipeline.Config{}, s.col)) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("tracer: %v", err)
-		}
-		c, err := tr.Counters()
-		if err == nil && (c.RingbufFull != 0 || c.StorageFail != 0 || c.DecodeErrors != 0) {
-			t.Errorf("tracer lost records: %+v", c)
-		}
-		tr.Close()
-	})
+	s.t.Helper()
+	s.col.Also = s.also
+	s.tr = labtrace.Run(s.t, opts, s.col)
 }
 
 // server starts the workload server in B, listening on both families.
@@ -214,14 +140,14 @@ func (s *scenario) settle(recs []workload.ClientRecord) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		s.col.mu.Lock()
+		s.col.Mu.Lock()
 		seen := 0
-		for _, c := range s.col.closes {
+		for _, c := range s.col.Closes {
 			if want[c.Flow.Local] && c.Flow.Netns == s.netnsA {
 				seen++
 			}
 		}
-		s.col.mu.Unlock()
+		s.col.Mu.Unlock()
 		if seen >= len(want) {
 			time.Sleep(50 * time.Millisecond)
 			return
@@ -241,13 +167,13 @@ type pair struct {
 // same connection whose first write falls inside the record's write.
 func (s *scenario) match(recs []workload.ClientRecord) []pair {
 	s.t.Helper()
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	var out []pair
 	for _, r := range recs {
 		local := netip.MustParseAddrPort(r.Local)
 		var found *record.Exchange
-		for _, e := range s.col.exchanges {
+		for _, e := range s.col.Exchanges {
 			if e.Role != record.Requester || e.Flow.Netns != s.netnsA || e.Flow.Local != local {
 				continue
 			}
@@ -268,10 +194,10 @@ func (s *scenario) match(recs []workload.ClientRecord) []pair {
 
 // responders returns B's responder exchanges.
 func (s *scenario) responders() []*record.Exchange {
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	var out []*record.Exchange
-	for _, e := range s.col.exchanges {
+	for _, e := range s.col.Exchanges {
 		if e.Role == record.Responder && e.Flow.Netns == s.netnsB {
 			out = append(out, e)
 		}

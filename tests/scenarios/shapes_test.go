@@ -86,13 +86,13 @@ func TestPipelined(t *testing.T) {
 	recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Think: 3 * time.Millisecond, Count: 40, Depth: 4})
 	s.settle(recs)
 	var ex []*record.Exchange
-	s.col.mu.Lock()
-	for _, e := range s.col.exchanges {
+	s.col.Mu.Lock()
+	for _, e := range s.col.Exchanges {
 		if e.Flow.Netns == s.netnsA && e.Role == record.Requester {
 			ex = append(ex, e)
 		}
 	}
-	s.col.mu.Unlock()
+	s.col.Mu.Unlock()
 	var out, in uint64
 	for _, e := range ex {
 		if e.Components.Sum() != e.Duration || e.Duration < 0 {
@@ -129,10 +129,10 @@ func TestOneWayStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.settle([]workload.ClientRecord{{Local: res.Local}})
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	var got []*record.Exchange
-	for _, e := range s.col.exchanges {
+	for _, e := range s.col.Exchanges {
 		if e.Flow.Netns == s.netnsA && e.Flow.Local.String() == res.Local {
 			got = append(got, e)
 		}
@@ -172,19 +172,19 @@ func TestConnectionWithoutData(t *testing.T) {
 		}
 	}
 	s.settle(recs)
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	locals := map[string]bool{}
 	for _, r := range recs {
 		locals[r.Local] = true
 	}
-	for _, e := range s.col.exchanges {
+	for _, e := range s.col.Exchanges {
 		if locals[e.Flow.Local.String()] {
 			t.Errorf("an exchange for a connection without data: %+v", e)
 		}
 	}
 	var lats []time.Duration
-	for _, o := range s.col.opens {
+	for _, o := range s.col.Opens {
 		if locals[o.Flow.Local.String()] {
 			lats = append(lats, o.ConnectLatency)
 			if o.ConnectLatency < o.HandshakeRTT || o.Role != record.RoleClient {
@@ -225,10 +225,10 @@ func TestPreexistingConnection(t *testing.T) {
 	local := conn.LocalAddr().String()
 	conn.Close()
 	s.settle([]workload.ClientRecord{{Local: local}})
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	var got []*record.Exchange
-	for _, e := range s.col.exchanges {
+	for _, e := range s.col.Exchanges {
 		if e.Flow.Local.String() == local && e.Role == record.Requester {
 			got = append(got, e)
 		}
@@ -343,10 +343,10 @@ func TestAdoptedMidExchange(t *testing.T) {
 	local := conn.LocalAddr().String()
 	conn.Close()
 	s.settle([]workload.ClientRecord{{Local: local}})
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	var client, server []*record.Exchange
-	for _, e := range s.col.exchanges {
+	for _, e := range s.col.Exchanges {
 		switch {
 		case e.Flow.Local.String() == local:
 			client = append(client, e)

@@ -242,11 +242,11 @@ func TestConnectionPerRequest(t *testing.T) {
 		connect[netip.MustParseAddrPort(r.Local)] = time.Duration(r.ConnectDoneNs - r.ConnectStartNs)
 	}
 	const rtt = 20 * time.Millisecond
-	s.col.mu.Lock()
-	defer s.col.mu.Unlock()
+	s.col.Mu.Lock()
+	defer s.col.Mu.Unlock()
 	opens := 0
 	var lats []time.Duration
-	for _, o := range s.col.opens {
+	for _, o := range s.col.Opens {
 		app, ok := connect[o.Flow.Local]
 		if !ok || o.Flow.Netns != s.netnsA {
 			continue
