@@ -13,10 +13,14 @@ PKGS := clang llvm libbpf-dev bpftool ethtool iproute2 iputils-ping iperf3 tcpdu
 # Only the tests need a browser (tests/report opens lattrace report's page
 # headless); it is large, so `make run` does not install it.
 TEST_PKGS := chromium
+# The servers and clients of the real-application suite (tests/apps). The
+# tests start them in lab namespaces: installing them must not start them
+# as services, so a policy-rc.d refuses that for the time of the install.
+APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-client postgresql mariadb-server mariadb-client curl
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -41,6 +45,15 @@ bench-tools:
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+apps:
+	@missing=$$(for p in $(APP_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		own=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; own=1; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; status=$$?; \
+		[ -z "$$own" ] || rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 
 # bpffs for pinned maps, tracefs for classic tracepoints: neither is mounted
@@ -118,7 +131,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser mounts check-generate lint build otelcol kubeapi helm $(GOTESTSUM)
+test: setup browser apps mounts check-generate lint build otelcol kubeapi helm $(GOTESTSUM)
 	@rm -f bin/test-reruns.txt
 	@status=0; $(GOTESTSUM) --format standard-quiet --rerun-fails=1 --rerun-fails-max-failures=2 \
 		--rerun-fails-report bin/test-reruns.txt --packages ./... -- -count=1 -p 1 -timeout 20m || status=$$?; \

@@ -554,6 +554,13 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 			// One late read is the local scheduler's noise; a process that
 			// reads late shows on its flow and pair, where it is a finding.
 			continue
+		case (d.Name == CwndLimited || d.Name == RwndLimited || d.Name == SndbufLimited) && opening(e):
+			// A window still opening (slow start, the peer's receive
+			// buffer growing) is TCP starting up: a new connection's
+			// first large messages wait for it by design. A flow of such
+			// exchanges (a connection per request) is named on its flow
+			// and pair, whose means it dominates.
+			continue
 		case d.Name == ConnPerRequest && !(e.First && e.ExchangeTurns <= 1):
 			// Every connection's first exchange has a handshake; it is a
 			// connection per request when the connection closed after it.
@@ -564,6 +571,13 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 		out = append(out, d)
 	}
 	return out
+}
+
+// opening reports whether a window grew by half or more during e: slow
+// start, or receive-buffer autotuning, rather than a window at its size.
+func opening(e *record.Exchange) bool {
+	grew := func(from, to uint32) bool { return from > 0 && uint64(to)*2 >= uint64(from)*3 }
+	return grew(e.CwndStart, e.CwndEnd) || grew(e.RwndStart, e.RwndEnd)
 }
 
 // exchangeMinShare is the share a cause must have of one exchange to be

@@ -1,0 +1,438 @@
+// Package apps proves lattrace on the servers and clients people run, from
+// Debian's packages: each test starts a real server in one namespace of a
+// network lab and its own benchmark client in the other, through a path of
+// known delay, traces both ends, and holds lattrace's exchanges against
+// the client's own latency report, the injected path and the server's
+// real time, under BBR (this machine's default) and cubic.
+package apps
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/record"
+	"github.com/lattrace/lattrace/tests/capture"
+	"github.com/lattrace/lattrace/tests/labtrace"
+	"github.com/lattrace/lattrace/tests/netlab"
+)
+
+// oneWay is the lab's delay each way: a 24 ms round trip, the distance of
+// two regions, so that the path dominates what a client measures.
+const (
+	oneWay = 12 * time.Millisecond
+	rtt    = 2 * oneWay
+)
+
+// congestionControls are what each application runs under: this machine's
+// default, which paces, and the classic one, which does not.
+var congestionControls = []string{"bbr", "cubic"}
+
+// app is one lab with a real server in B, its client in A, and the tracer
+// watching both.
+type app struct {
+	t              *testing.T
+	lab            *netlab.Lab
+	col            *labtrace.Collector
+	netnsA, netnsB uint32
+	dir            string // config, data and logs of this test's processes
+}
+
+func newApp(t *testing.T, cc string) *app {
+	t.Helper()
+	l := netlab.Link{Delay: oneWay}
+	lab := netlab.NewT(t, netlab.Config{AtoB: l, BtoA: l})
+	for _, h := range []*netlab.Host{lab.A, lab.B} {
+		if err := h.Sysctl("net.ipv4.tcp_congestion_control", cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &app{t: t, lab: lab, netnsA: labtrace.NetnsInode(t, lab.A.Netns), netnsB: labtrace.NetnsInode(t, lab.B.Netns), dir: t.TempDir()}
+	// Servers that drop privileges must be able to read their files.
+	if err := os.Chmod(a.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a.col = labtrace.NewCollector(a.netnsA, a.netnsB)
+	labtrace.Run(t, tracer.Options{}, a.col)
+	return a
+}
+
+// server is B's address.
+func (a *app) server() netip.Addr { return a.lab.B.IPv4 }
+
+// file writes a file under the test's directory and returns its path.
+func (a *app) file(name, content string) string {
+	a.t.Helper()
+	p := filepath.Join(a.dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		a.t.Fatal(err)
+	}
+	return p
+}
+
+// serve starts a server process in B (argv[0] is the program), logging to
+// the test's directory, and stops it when the test ends. It returns once
+// the server accepts connections on port.
+func (a *app) serve(port uint16, argv ...string) {
+	a.t.Helper()
+	name := filepath.Base(argv[0])
+	logf, err := os.Create(filepath.Join(a.dir, name+".log"))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	cmd := a.lab.B.Command(context.Background(), argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		a.t.Fatalf("%s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	a.t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		logf.Close()
+	})
+	addr := netip.AddrPortFrom(a.server(), port).String()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-exited:
+			a.t.Fatalf("%s exited at start: %s", name, a.log(name))
+		default:
+		}
+		var c net.Conn
+		err := a.lab.A.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp", addr, time.Second)
+			return err
+		})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("%s does not accept on %s: %v; log: %s", name, addr, err, a.log(name))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The probe connection is not the client's: wait for its records.
+	a.quiesce()
+	a.col.Mu.Lock()
+	a.col.Exchanges, a.col.Opens, a.col.Closes = nil, nil, nil
+	a.col.Mu.Unlock()
+}
+
+// log returns the tail of a process's log.
+func (a *app) log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(a.dir, name+".log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// client runs a client in A and returns its standard output.
+func (a *app) client(argv ...string) string {
+	a.t.Helper()
+	var out, errb bytes.Buffer
+	cmd := a.lab.A.Command(context.Background(), argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		a.t.Fatalf("%s: %v\n%s%s", strings.Join(argv, " "), err, out.String(), errb.String())
+	}
+	a.quiesce()
+	return out.String()
+}
+
+// quiesce waits until the tracer has reported nothing new for half a
+// second: the client has exited, so its connections have closed.
+func (a *app) quiesce() {
+	last, since := -1, time.Now()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		a.col.Mu.Lock()
+		n := len(a.col.Exchanges) + len(a.col.Opens) + len(a.col.Closes)
+		a.col.Mu.Unlock()
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > 500*time.Millisecond {
+			return
+		}
+	}
+}
+
+// capture records the server's side of the link (B's interface) for
+// connections to port, until stopped.
+func (a *app) capture(port uint16) *capture.Capture {
+	a.t.Helper()
+	return capture.StartT(a.t, a.lab.B, a.lab.B.Ifname, fmt.Sprintf("tcp port %d", port))
+}
+
+// wireKey names a request on the wire: its client's port and where it
+// starts, relative to the client's initial sequence number (as tshark
+// numbers it and as lattrace's InSeq - ISNRemote does).
+type wireKey struct {
+	clientPort uint16
+	seq        uint32
+}
+
+// departures reads a capture of the server's side: for each request, the
+// time from its last data segment to the last data segment of the answer
+// that followed, first transmissions only. A request without an answer is
+// left out.
+func departures(t *testing.T, c *capture.Capture, port uint16) map[wireKey]time.Duration {
+	t.Helper()
+	pcap, err := c.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err := capture.Frames(pcap, "tcp.len > 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type conn struct {
+		reqStart      uint32
+		reqLast, resp time.Time
+		inResp, inReq bool
+	}
+	conns := map[uint16]*conn{}
+	out := map[wireKey]time.Duration{}
+	done := func(p uint16, c *conn) {
+		if c.inResp {
+			out[wireKey{p, c.reqStart}] = c.resp.Sub(c.reqLast)
+		}
+	}
+	for _, f := range frames {
+		if f.Retransmitted() {
+			continue
+		}
+		fromClient := f.Dst.Port() == port
+		p := f.Src.Port()
+		if !fromClient {
+			p = f.Dst.Port()
+		}
+		c := conns[p]
+		if c == nil {
+			c = &conn{}
+			conns[p] = c
+		}
+		switch {
+		case fromClient && !c.inReq:
+			done(p, c)
+			c.reqStart, c.reqLast, c.inReq, c.inResp = f.Seq, f.Time, true, false
+		case fromClient:
+			c.reqLast = f.Time
+		case c.inReq || c.inResp:
+			c.resp, c.inReq, c.inResp = f.Time, false, true
+		}
+	}
+	for p, c := range conns {
+		done(p, c)
+	}
+	return out
+}
+
+// ends returns the exchanges of the connections to port: the client's end
+// (in A) and the server's (in B).
+func (a *app) ends(port uint16) (client, server []*record.Exchange) {
+	client = a.col.Of(a.netnsA, func(e *record.Exchange) bool { return e.Flow.Remote.Port() == port })
+	server = a.col.Of(a.netnsB, func(e *record.Exchange) bool { return e.Flow.Local.Port() == port })
+	return client, server
+}
+
+// truth is what the run's own sources say about it.
+type truth struct {
+	// requests is how many requests the client completed; samples how
+	// many latency samples lattrace should make of them on the client's
+	// end (requests, or pipelines).
+	requests, samples int
+	// extra is how many more exchanges the protocol makes around them
+	// (TLS handshakes, a protocol's start-up queries).
+	extra int
+	// p50 and p99 are the client's own latency report.
+	p50, p99 time.Duration
+	// think is the server's real time per request, when known (nil: an
+	// immediate server).
+	think *time.Duration
+	// diagnoses that are really there (a connection per request).
+	expected []record.DiagnosisName
+	// corrected, if set, is applied to lattrace's latencies before their
+	// quantiles are compared: what the client does to its own (wrk).
+	corrected func([]time.Duration) []time.Duration
+	// departures are the server's answers as its side of the link saw
+	// them (departures of a capture), for lockstep protocols.
+	departures map[wireKey]time.Duration
+}
+
+// row is one line of the suite's table, logged by check.
+type row struct {
+	workload                     string
+	requests, samples, exchanges int
+	clientP50, clientP99         time.Duration
+	p50, p99, network, peer      time.Duration
+	think, ownThink              time.Duration
+	roles, verdict               string
+}
+
+func (r row) String() string {
+	return fmt.Sprintf("| %s | %d | %d | %d | %.1f / %.1f | %.1f / %.1f | %.1f | %.2f / %.2f (%.2f) | %s | %s |",
+		r.workload, r.requests, r.samples, r.exchanges, ms(r.clientP50), ms(r.clientP99), ms(r.p50), ms(r.p99),
+		ms(r.network), ms(r.peer), ms(r.think), ms(r.ownThink), r.roles, r.verdict)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// within reports whether got is within max(frac, floor) of want.
+func within(got, want time.Duration, frac float64, floor time.Duration) bool {
+	return (got - want).Abs() <= max(time.Duration(frac*float64(want)), floor)
+}
+
+// quantile is the q-quantile of ds (nearest rank).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// check holds both ends' exchanges of one run against its truth.
+func (a *app) check(workload string, client, server []*record.Exchange, tr truth) {
+	t := a.t
+	t.Helper()
+	r := row{workload: workload, requests: tr.requests, samples: tr.samples, exchanges: len(client),
+		clientP50: tr.p50, clientP99: tr.p99, roles: "ok", verdict: "ok"}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(workload+": "+format, args...)
+		r.verdict = "FAIL"
+	}
+	var durs, nets, peers, thinks []time.Duration
+	latency := 0
+	for _, e := range client {
+		if e.Role != record.Requester || e.ConnRole != record.RoleClient {
+			r.roles = "wrong"
+			fail("client end: %s exchange on a %s connection, want requester on a client one", e.Role, e.ConnRole)
+		}
+		if e.Components.Sum() != e.Duration {
+			fail("client end: components sum to %v, duration %v", e.Components.Sum(), e.Duration)
+		}
+		if e.Unanswered {
+			continue
+		}
+		latency++
+		if e.Components.Network < rtt-100*time.Microsecond {
+			fail("client end: network %v below the path's %v", e.Components.Network, rtt)
+		}
+		// The clients time a request from its write: the first one's
+		// handshake is not in their figures.
+		durs = append(durs, e.Duration-e.Components.Handshake)
+		nets = append(nets, e.Components.Network)
+		peers = append(peers, e.Components.Peer)
+	}
+	matched := 0
+	for _, e := range server {
+		// x1 is when the answer's last byte left: within 1 ms of the
+		// capture on the server's side, counted from the request's last
+		// byte at both.
+		if wire, ok := tr.departures[wireKey{e.Flow.Remote.Port(), e.InSeq - e.ISNRemote}]; ok && e.Timeline.X1 != 0 && e.Timeline.R1 != 0 {
+			matched++
+			if got := e.Timeline.X1.Sub(e.Timeline.R1); (got - wire).Abs() > time.Millisecond {
+				fail("server end: the answer's last byte left %v after the request's on the wire, x1 - r1 is %v (tx timestamps %v)", wire, got, e.TxTimestamps)
+			}
+		}
+		if e.Role != record.Responder || e.ConnRole != record.RoleServer {
+			r.roles = "wrong"
+			fail("server end: %s exchange on a %s connection, want responder on a server one", e.Role, e.ConnRole)
+		}
+		if e.Components.Sum() != e.Duration {
+			fail("server end: components sum to %v, duration %v", e.Components.Sum(), e.Duration)
+		}
+		if !e.Unanswered && !e.First {
+			thinks = append(thinks, e.Components.Think)
+		}
+	}
+	if tr.corrected != nil {
+		durs = tr.corrected(durs)
+	}
+	r.p50, r.p99 = quantile(durs, 0.5), quantile(durs, 0.99)
+	if tr.departures != nil && matched < tr.samples {
+		fail("%d of the server's answers found on the wire for %d requests", matched, tr.samples)
+	}
+	if os.Getenv("APPS_DEBUG") != "" {
+		for i, e := range client {
+			if i < 4 || e.Duration-e.Components.Handshake > 40*time.Millisecond {
+				t.Logf("client %d first %v unanswered %v dur %v hs %v out %d in %d %+v", i, e.First, e.Unanswered, e.Duration, e.Components.Handshake, e.BytesOut, e.BytesIn, e.Components)
+			}
+		}
+	}
+	r.network, r.peer, r.think = quantile(nets, 0.5), quantile(peers, 0.5), quantile(thinks, 0.5)
+	if latency < tr.samples || latency > tr.samples+tr.extra+1 {
+		fail("%d latency samples on the client's end for %d (+%d around them)", latency, tr.samples, tr.extra)
+	}
+	if !within(r.p50, tr.p50, 0.05, time.Millisecond) || !within(r.p99, tr.p99, 0.05, time.Millisecond) {
+		fail("client end p50 %v p99 %v, the client's own %v and %v", r.p50, r.p99, tr.p50, tr.p99)
+	}
+	if !within(r.network, rtt, 0.05, 0) {
+		fail("network %v (median) on a %v path", r.network, rtt)
+	}
+	think := time.Duration(0)
+	if tr.think != nil {
+		think = *tr.think
+	}
+	r.ownThink = think
+	if !within(r.peer, think, 0.10, time.Millisecond) || !within(r.think, think, 0.10, time.Millisecond) {
+		fail("peer %v (client end) and think %v (server end), the server's %v", r.peer, r.think, think)
+	}
+	for _, end := range []struct {
+		name string
+		exs  []*record.Exchange
+	}{{"client", client}, {"server", server}} {
+		agg := aggregate.New(aggregate.Config{})
+		perConn := map[uint64]int{}
+		for _, e := range end.exs {
+			perConn[e.Cookie]++
+		}
+		for _, e := range end.exs {
+			agg.AddExchange(e)
+			for _, d := range diagnose.Exchange(e) {
+				// A connection that carried one request (a client's
+				// side query on a connection of its own) really is a
+				// connection per request.
+				really := d.Name == diagnose.ConnPerRequest && perConn[e.Cookie] == 1
+				if d.Severity != record.SeverityInfo && !really && !slices.Contains(tr.expected, d.Name) {
+					fail("%s end: %s %s on an exchange (first %v, %d out, %d in) of an unimpaired run: %s", end.name, d.Severity, d.Name, e.First, e.BytesOut, e.BytesIn, d.Summary)
+				}
+			}
+		}
+		for _, p := range agg.Peers() {
+			for _, d := range diagnose.OfPair(&p) {
+				if d.Severity != record.SeverityInfo && !slices.Contains(tr.expected, d.Name) {
+					fail("%s end: %s %s on an unimpaired run: %s", end.name, d.Severity, d.Name, d.Summary)
+				}
+			}
+		}
+	}
+	t.Log(r)
+}

@@ -1,0 +1,183 @@
+package apps
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nginx serving static files to wrk over one keep-alive connection,
+// HTTP/1.1 in clear and over TLS: 1 KB answers in one round trip, 100 KB
+// ones take the window's rounds. nginx writes a header and then the body,
+// which a paced sender (BBR) sends after the write has returned.
+func TestNginx(t *testing.T) {
+	for _, cc := range congestionControls {
+		for _, tls := range []bool{false, true} {
+			for _, size := range []int{1 << 10, 100 << 10} {
+				name := fmt.Sprintf("%s %dKB tls=%v", cc, size>>10, tls)
+				t.Run(name, func(t *testing.T) {
+					a := newApp(t, cc)
+					port := a.nginx()
+					url := fmt.Sprintf("http://%s:%d/%d.bin", a.server(), port, size)
+					extra := 1 // the request in flight when wrk stops
+					if tls {
+						port++
+						url = fmt.Sprintf("https://%s:%d/%d.bin", a.server(), port, size)
+						extra += 2 // the TLS handshake's round trips
+					}
+					script := a.file("latencies.lua", wrkLatencies)
+					wire := a.capture(uint16(port))
+					w := wrkReport(t, a.client("wrk", "-t1", "-c1", "-d3s", "-s", script, url))
+					client, server := a.ends(uint16(port))
+					a.check("nginx + wrk "+name, client, server, truth{requests: w.requests, samples: w.requests, extra: extra,
+						p50: quantile(w.latencies, 0.5), p99: quantile(w.latencies, 0.99), corrected: w.correct,
+						departures: departures(t, wire, uint16(port))})
+				})
+			}
+		}
+	}
+}
+
+// nginx starts nginx in B with files of 1 KB and 100 KB; it listens on
+// the port it returns, and with TLS on the next one.
+func (a *app) nginx() int {
+	a.t.Helper()
+	const port = 8080
+	for _, size := range []int{1 << 10, 100 << 10} {
+		a.file(fmt.Sprintf("www/%d.bin", size), strings.Repeat("x", size))
+	}
+	cert, key := a.selfSigned()
+	conf := a.file("nginx.conf", fmt.Sprintf(`daemon off;
+user root;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log stderr warn;
+events { worker_connections 64; }
+http {
+	access_log off;
+	client_body_temp_path %[1]s/body;
+	proxy_temp_path %[1]s/proxy;
+	fastcgi_temp_path %[1]s/fastcgi;
+	uwsgi_temp_path %[1]s/uwsgi;
+	scgi_temp_path %[1]s/scgi;
+	keepalive_requests 1000000;
+	server {
+		listen %[2]s:%[3]d;
+		listen %[2]s:%[4]d ssl;
+		ssl_certificate %[5]s;
+		ssl_certificate_key %[6]s;
+		root %[1]s/www;
+	}
+}
+`, a.dir, a.server(), port, port+1, cert, key))
+	a.serve(port, "nginx", "-c", conf, "-p", a.dir)
+	return port
+}
+
+// selfSigned writes a certificate for B's address and its key.
+func (a *app) selfSigned() (certFile, keyFile string) {
+	a.t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	tmpl := x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "lattrace apps"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		IPAddresses:  []net.IP{net.IP(a.server().AsSlice())},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, &tmpl, &key.PublicKey, key)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return a.file("cert.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))),
+		a.file("key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})))
+}
+
+// wrkLatencies makes wrk print every latency it recorded (in us, with
+// its count), its run time and requests when it is done.
+const wrkLatencies = `done = function(summary, latency, requests)
+  io.write(string.format("requests %d duration_us %d\n", summary.requests, summary.duration))
+  for i = 1, #latency do
+    local v, c = latency(i)
+    io.write(string.format("latency_us %d %d\n", v, c))
+  end
+end
+`
+
+var (
+	wrkLatency = regexp.MustCompile(`(?m)^latency_us (\d+) (\d+)$`)
+	wrkSummary = regexp.MustCompile(`(?m)^requests (\d+) duration_us (\d+)$`)
+)
+
+// wrkRun is what wrk reported of a run on one connection.
+type wrkRun struct {
+	requests  int
+	latencies []time.Duration
+	interval  time.Duration // the run time over the requests
+}
+
+// correct applies to ds what wrk does to its latencies before it reports
+// them (stats_correct: a correction for coordinated omission): each
+// latency of two intervals or more also counts as itself less one
+// interval, less two, and so on while above one interval. wrk's quantiles
+// are of the corrected set, so lattrace's are compared corrected alike.
+func (w wrkRun) correct(ds []time.Duration) []time.Duration {
+	out := slices.Clone(ds)
+	for _, d := range ds {
+		us := d.Microseconds()
+		iv := w.interval.Microseconds()
+		if iv <= 0 || us < 2*iv {
+			continue
+		}
+		for m := us - iv; m > iv; m -= iv {
+			out = append(out, time.Duration(m)*time.Microsecond)
+		}
+	}
+	return out
+}
+
+// wrkReport reads what wrkLatencies printed.
+func wrkReport(t *testing.T, out string) wrkRun {
+	t.Helper()
+	var w wrkRun
+	m := wrkSummary.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary in wrk's report:\n%s", out)
+	}
+	w.requests, _ = strconv.Atoi(m[1])
+	us, _ := strconv.Atoi(m[2])
+	if w.requests == 0 {
+		t.Fatalf("wrk completed no request:\n%s", out)
+	}
+	w.interval = time.Duration(us/w.requests) * time.Microsecond
+	for _, m := range wrkLatency.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.Atoi(m[1])
+		c, _ := strconv.Atoi(m[2])
+		for range c {
+			w.latencies = append(w.latencies, time.Duration(v)*time.Microsecond)
+		}
+	}
+	if len(w.latencies) == 0 {
+		t.Fatalf("no latencies in wrk's report:\n%s", out)
+	}
+	return w
+}
