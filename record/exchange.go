@@ -165,6 +165,17 @@ type Exchange struct {
 	// waited, not a round trip, so it is no latency sample: the
 	// aggregates count it apart (Metrics.Unanswered).
 	Unanswered bool `json:"unanswered,omitempty"`
+	// Multiplexed: the connection carries overlapping messages (HTTP/2
+	// streams, pipelining with overlap): the peer's data of this exchange
+	// began before it could have answered this end's message (sooner than
+	// the path's minimum round trip after it left, or while it was still
+	// being sent), or, on the responder, the request came as soon after
+	// the previous answer. A cut at a change of direction is then no
+	// request and its answer: Network is not measured (0), the time before
+	// the peer's data is in Peer, and like an unanswered message it is
+	// kept out of the latency distributions (Metrics.Multiplexed). The
+	// connection's RTTs, send-wait causes and loss stay right.
+	Multiplexed bool `json:"multiplexed,omitempty"`
 
 	// Peer names the remote end in a cluster: the pod or Service behind
 	// the remote address (filled in by the daemon).

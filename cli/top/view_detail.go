@@ -170,6 +170,9 @@ func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
 	if m.Unanswered > 0 {
 		ex += fmt.Sprintf(" (%d unanswered)", m.Unanswered)
 	}
+	if m.Multiplexed > 0 {
+		ex += fmt.Sprintf(" (%d multiplexed)", m.Multiplexed)
+	}
 	items := []string{
 		ex,
 		fmtRate(rate) + "/s",

@@ -252,9 +252,9 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		return
 	}
 	t := ex.Time
-	// Partial and unanswered exchanges skip the sketches.
+	// Partial, unanswered and multiplexed exchanges skip the sketches.
 	var tm timing
-	if !ex.Partial && !ex.Unanswered {
+	if !ex.Partial && !ex.Unanswered && !ex.Multiplexed {
 		tm.of(a.flowSC.m, ex)
 	}
 	a.wmu.Lock()

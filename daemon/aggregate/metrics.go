@@ -70,8 +70,8 @@ type metrics struct {
 }
 
 type scalars struct {
-	exchanges, requester, responder, partial, unanswered uint64
-	firstSeen, lastSeen                                  record.Mono
+	exchanges, requester, responder, partial, unanswered, multiplexed uint64
+	firstSeen, lastSeen                                               record.Mono
 	// active is the sum of the durations of the complete exchanges in
 	// ns, the denominator of goodput; activeBytes* the numerators.
 	active                        float64
@@ -201,6 +201,10 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 		// trip. A one-way stream's rate is still the path's.
 		sc.unanswered++
 		m.addTransfers(ex)
+	} else if ex.Multiplexed {
+		// A cut between overlapping messages is no request and its
+		// answer: no latency sample either.
+		sc.multiplexed++
 	} else {
 		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
@@ -340,9 +344,13 @@ type Metrics struct {
 	// Unanswered counts exchanges whose message got no reply before the
 	// connection closed (record.Exchange.Unanswered): they count like
 	// partial ones, outside the latency distributions and means.
-	Unanswered uint64      `json:"unanswered"`
-	FirstSeen  record.Mono `json:"first_seen_mono_ns"`
-	LastSeen   record.Mono `json:"last_seen_mono_ns"`
+	Unanswered uint64 `json:"unanswered"`
+	// Multiplexed counts exchanges cut from overlapping messages
+	// (record.Exchange.Multiplexed), also outside the latency
+	// distributions and means.
+	Multiplexed uint64      `json:"multiplexed"`
+	FirstSeen   record.Mono `json:"first_seen_mono_ns"`
+	LastSeen    record.Mono `json:"last_seen_mono_ns"`
 	// Active is the summed duration of the (non-partial) exchanges: the
 	// time the application was waiting on this key, idle gaps excluded.
 	// For a peer pair, exchanges of concurrent connections each count.
@@ -464,18 +472,19 @@ func goodput(bytes uint64, active float64) float64 {
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	m.fold(c)
 	sc := &m.sc
-	n := sc.exchanges - sc.partial - sc.unanswered // the exchanges with timing
+	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed // the exchanges with timing
 	cs := &sc.compSum
 	out := Metrics{
-		Exchanges:  sc.exchanges,
-		Requester:  sc.requester,
-		Responder:  sc.responder,
-		Partial:    sc.partial,
-		Unanswered: sc.unanswered,
-		FirstSeen:  sc.firstSeen,
-		LastSeen:   sc.lastSeen,
-		Active:     time.Duration(math.Round(sc.active)),
-		Duration:   m.sk[skDuration].summary(c),
+		Exchanges:   sc.exchanges,
+		Requester:   sc.requester,
+		Responder:   sc.responder,
+		Partial:     sc.partial,
+		Unanswered:  sc.unanswered,
+		Multiplexed: sc.multiplexed,
+		FirstSeen:   sc.firstSeen,
+		LastSeen:    sc.lastSeen,
+		Active:      time.Duration(math.Round(sc.active)),
+		Duration:    m.sk[skDuration].summary(c),
 		Components: ComponentSummaries{
 			Network:      m.sk[skNetwork].summary(c),
 			Queueing:     m.sk[skQueueing].summary(c),

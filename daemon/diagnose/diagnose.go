@@ -77,7 +77,7 @@ const (
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
 func Of(m *aggregate.Metrics) []record.Diagnosis {
-	if m.Exchanges-m.Partial-m.Unanswered == 0 || m.Duration.Mean <= 0 {
+	if m.Exchanges-m.Partial-m.Unanswered-m.Multiplexed == 0 || m.Duration.Mean <= 0 {
 		return nil
 	}
 	f := newFacts(m)
@@ -131,6 +131,13 @@ func newFacts(m *aggregate.Metrics) facts {
 	}
 	return f
 }
+
+// waitIsTypical reports whether the median exchange waited in the send
+// queue at all (minPart): a window or a stall that limits a flow limits
+// its typical exchange, while a new connection's slow start lengthens
+// only its first few, which a mean over a short exchange's time (a
+// responder's) can make look dominant.
+func (f *facts) waitIsTypical() bool { return f.m.Components.SendWait.P50 >= minPart }
 
 // share is the part of the mean latency d explains; zero below minPart.
 func (f *facts) share(d time.Duration) float64 {
@@ -189,7 +196,7 @@ func slowStartAfterIdle(f *facts) (record.Diagnosis, bool) {
 func cwndLimited(f *facts) (record.Diagnosis, bool) {
 	m := f.m
 	s := f.share(f.windowWait)
-	if _, afterIdle := f.restarted(); s < minShare || afterIdle {
+	if _, afterIdle := f.restarted(); s < minShare || afterIdle || !f.waitIsTypical() {
 		return record.Diagnosis{}, false
 	}
 	return record.Diagnosis{
@@ -228,7 +235,7 @@ func sendWaitRule(name record.DiagnosisName, evidence string, wait func(*facts) 
 	return func(f *facts) (record.Diagnosis, bool) {
 		w := wait(f)
 		s := f.share(w)
-		if s < minShare {
+		if s < minShare || !f.waitIsTypical() {
 			return record.Diagnosis{}, false
 		}
 		return record.Diagnosis{
@@ -248,7 +255,7 @@ func sendWaitRule(name record.DiagnosisName, evidence string, wait func(*facts) 
 func paced(f *facts) (record.Diagnosis, bool) {
 	m, c := f.m, f.c
 	s := f.share(c.SendWaitPacing)
-	if s < minShare {
+	if s < minShare || !f.waitIsTypical() {
 		return record.Diagnosis{}, false
 	}
 	return record.Diagnosis{
@@ -322,7 +329,9 @@ func receiveLimited(f *facts) (record.Diagnosis, bool) {
 // SYN) is not a connection per request.
 func connPerRequest(f *facts) (record.Diagnosis, bool) {
 	m, c := f.m, f.c
-	paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count, 1))
+	// Cuts between overlapping messages have no timing, but they are
+	// exchanges the connection carried after its handshake.
+	paid := float64(m.Components.Handshake.Nonzero) / float64(max(m.Components.Handshake.Count+m.Multiplexed, 1))
 	s := f.share(c.Handshake)
 	if s < minShare || paid < minPaid {
 		return record.Diagnosis{}, false
@@ -511,7 +520,7 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	// Every finding on one exchange must cost it exchangeMinPart: a
 	// shorter exchange (most of them, on a LAN) has none, and this runs
 	// for every exchange.
-	if e.Partial || e.Unanswered || e.Duration < exchangeMinPart {
+	if e.Partial || e.Unanswered || e.Multiplexed || e.Duration < exchangeMinPart {
 		return nil
 	}
 	c := &e.Components
@@ -554,7 +563,7 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 			// One late read is the local scheduler's noise; a process that
 			// reads late shows on its flow and pair, where it is a finding.
 			continue
-		case (d.Name == CwndLimited || d.Name == RwndLimited || d.Name == SndbufLimited) && opening(e):
+		case opening(e, d.Name):
 			// A window still opening (slow start, the peer's receive
 			// buffer growing) is TCP starting up: a new connection's
 			// first large messages wait for it by design. A flow of such
@@ -573,11 +582,19 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	return out
 }
 
-// opening reports whether a window grew by half or more during e: slow
-// start, or receive-buffer autotuning, rather than a window at its size.
-func opening(e *record.Exchange) bool {
+// opening reports whether the window behind diagnosis n grew by half or
+// more during e, rather than holding the data back at its size: the
+// congestion window in slow start (a send buffer fills behind it), the
+// peer's receive window while its buffer autotunes.
+func opening(e *record.Exchange, n record.DiagnosisName) bool {
 	grew := func(from, to uint32) bool { return from > 0 && uint64(to)*2 >= uint64(from)*3 }
-	return grew(e.CwndStart, e.CwndEnd) || grew(e.RwndStart, e.RwndEnd)
+	switch n {
+	case CwndLimited, SndbufLimited:
+		return grew(e.CwndStart, e.CwndEnd)
+	case RwndLimited:
+		return grew(e.RwndStart, e.RwndEnd)
+	}
+	return false
 }
 
 // exchangeMinShare is the share a cause must have of one exchange to be

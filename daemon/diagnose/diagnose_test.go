@@ -17,6 +17,9 @@ func metrics(n uint64, c record.Components) aggregate.Metrics {
 	m.Duration.Mean = c.Sum()
 	m.Duration.Count = n
 	m.Components.Handshake = aggregate.Summary{Count: n, Mean: c.Handshake}
+	// Every exchange waits alike: the median is the mean.
+	wait := c.SendWait + c.SendWaitCwnd + c.SendWaitRwnd + c.SendWaitSndbuf + c.SendWaitPacing + c.SendWaitOther
+	m.Components.SendWait = aggregate.Summary{Count: n, Mean: wait, P50: wait}
 	if c.Handshake > 0 {
 		m.Components.Handshake.Nonzero = n
 	}
@@ -186,5 +189,19 @@ func TestRuleOrder(t *testing.T) {
 	}
 	if got := names(Of(&m)); !slices.Equal(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)
+	}
+}
+
+// A window that limits a flow limits its typical exchange: one slow
+// start at a connection's beginning, however long against the short
+// exchanges of a responder, is no cwnd_limited flow.
+func TestWindowWaitMustBeTypical(t *testing.T) {
+	m := metrics(100, record.Components{SendWaitCwnd: 2 * ms, Think: ms / 2})
+	if got := names(Of(&m)); !slices.Contains(got, CwndLimited) {
+		t.Fatalf("every exchange waiting: %v", got)
+	}
+	m.Components.SendWait.P50 = 0 // one exchange of a hundred waited 200 ms
+	if got := names(Of(&m)); slices.Contains(got, CwndLimited) {
+		t.Errorf("cwnd_limited from one exchange's slow start: %v", got)
 	}
 }

@@ -65,6 +65,18 @@ func propagation(e *record.Exchange) time.Duration {
 	return e.MinRTT
 }
 
+// overlapBound is the least time a message's answer can take on a path
+// whose minimum round trip is prop: the kernel's minimum is taken between
+// the same points as an exchange's (a segment sent, the answer
+// processed), less hookSlack for the two being read at different hooks.
+// Without an RTT sample nothing can be told (0).
+func overlapBound(prop time.Duration) time.Duration { return max(prop-hookSlack, 0) }
+
+// hookSlack is how much sooner than the kernel's own RTT sample an
+// exchange's x1..r0 may look: x1 is read at the qdisc or at the write's
+// return, a few microseconds after the kernel stamps the segment.
+const hookSlack = 50 * time.Microsecond
+
 func requester(e *record.Exchange) {
 	t := e.Timeline
 	c := &e.Components
@@ -88,11 +100,19 @@ func requester(e *record.Exchange) {
 		e.End = ch.at
 		return
 	}
+	overlap := t.R0 < x1
 	gap := ch.to(t.R0)
 	c.LossRecovery = min(e.Raw.LossOut, gap)
 	gap -= c.LossRecovery
-	c.Network = min(NetworkRTT(e), gap)
-	c.Peer = gap - c.Network
+	// No answer comes sooner than the path's round trip: data that does
+	// was sent before this message arrived.
+	if prop := propagation(e); overlap || gap < overlapBound(prop) {
+		e.Multiplexed = true
+		c.Peer = gap
+	} else {
+		c.Network = min(NetworkRTT(e), gap)
+		c.Peer = gap - c.Network
+	}
 	splitNetwork(e)
 
 	c.LossRecovery += receive(e, &ch)
@@ -104,6 +124,11 @@ func responder(e *record.Exchange) {
 	c := &e.Components
 	e.Start = t.R0
 	ch := chain{at: t.R0}
+	// A request that follows the previous answer (its last write) sooner
+	// than the path's round trip was sent before that answer arrived.
+	if !e.First && e.IdleGap < overlapBound(propagation(e)) {
+		e.Multiplexed = true
+	}
 	c.LossRecovery = receive(e, &ch)
 	if t.W0 == 0 {
 		e.End = ch.at

@@ -139,3 +139,42 @@ func TestOutOfOrderPointsClamp(t *testing.T) {
 		}
 	}
 }
+
+// A reply sooner than half the path's round trip after the message left
+// was sent before the message arrived: the connection carries overlapping
+// messages, and the cut measures no network.
+func TestMultiplexed(t *testing.T) {
+	req := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), W1: at(0.01), X1: at(0.02), R0: at(1.02), R1: at(1.5), D1: at(1.6)},
+		MinRTT:   24 * time.Millisecond, PathRTT: 24 * time.Millisecond,
+	}
+	Attribute(req)
+	if c := req.Components; !req.Multiplexed || c.Network != 0 || c.Peer != time.Millisecond || c.Sum() != req.Duration {
+		t.Errorf("requester: multiplexed %v, components %+v, duration %v", req.Multiplexed, c, req.Duration)
+	}
+	lockstep := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), W1: at(0.01), X1: at(0.02), R0: at(24.5), R1: at(24.6), D1: at(24.7)},
+		MinRTT:   24 * time.Millisecond, PathRTT: 24 * time.Millisecond,
+	}
+	Attribute(lockstep)
+	if lockstep.Multiplexed || lockstep.Components.Network != 24*time.Millisecond {
+		t.Errorf("lockstep requester: multiplexed %v, network %v", lockstep.Multiplexed, lockstep.Components.Network)
+	}
+	for _, c := range []struct {
+		idle  time.Duration
+		first bool
+		want  bool
+	}{{time.Millisecond, false, true}, {30 * time.Millisecond, false, false}, {time.Millisecond, true, false}} {
+		resp := &record.Exchange{
+			Role:     record.Responder,
+			Timeline: record.Timeline{R0: at(0), R1: at(0.1), D1: at(0.2), W0: at(0.3), W1: at(0.4), X1: at(0.4)},
+			MinRTT:   24 * time.Millisecond, IdleGap: c.idle, First: c.first,
+		}
+		Attribute(resp)
+		if resp.Multiplexed != c.want {
+			t.Errorf("responder after %v idle (first %v): multiplexed %v", c.idle, c.first, resp.Multiplexed)
+		}
+	}
+}

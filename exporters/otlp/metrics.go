@@ -189,8 +189,9 @@ func (m *metrics) exchange(e *record.Exchange) {
 	defer m.mu.Unlock()
 	p := m.pairOf(e)
 	p.exchanges++
-	// A message without a reply waited; it made no round trip.
-	if !e.Unanswered {
+	// A message without a reply waited, and a cut between overlapping
+	// messages is no request and its answer: neither is a latency.
+	if !e.Unanswered && !e.Multiplexed {
 		p.duration.add(e.Duration.Seconds())
 		c := e.Components
 		for i, d := range [8]time.Duration{

@@ -206,6 +206,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.first", e.First),
 		attribute.Bool("lattrace.partial", e.Partial),
 		attribute.Bool("lattrace.unanswered", e.Unanswered),
+		attribute.Bool("lattrace.multiplexed", e.Multiplexed),
 		attribute.Bool("lattrace.greeting", e.Greeting),
 	}
 	if e.Owner.ContainerID != "" {
