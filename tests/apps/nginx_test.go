@@ -78,6 +78,7 @@ http {
 		listen %[2]s:%[4]d ssl;
 		ssl_certificate %[5]s;
 		ssl_certificate_key %[6]s;
+		ssl_protocols TLSv1.2 TLSv1.3;
 		root %[1]s/www;
 	}
 }
