@@ -27,6 +27,22 @@ static __always_inline void mark_x1(struct lt_sock *st, struct tcp_sock *tp, __u
 		st->cur.cwnd_end = tp->snd_cwnd;
 }
 
+/* A write added bytes to the out message after its last byte so far had
+ * left: its last byte, and so x1 and a1, move on. A write that fills no
+ * new skb (appended to the tail skb) fires no tcp_sendmsg_locked, so the
+ * end of the write (or the SENDMSG callback) checks too. */
+static __always_inline void reopen_x1(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+{
+	if (!st->cur.x1)
+		return;
+	st->cur.x1 = 0;
+	st->cur.a1 = 0;
+	st->cur.flags &= ~LT_EX_ACK_PURE;
+	st->cur.ack_rtt_us = 0;
+	st->wait_last_ns = now;
+	st->wait_cause = classify(sk, tp);
+}
+
 /* The out message is fully acknowledged at now. */
 static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
 {
@@ -62,6 +78,10 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 	ex->bytes_out = st->out_seq_end - st->out_seq_start;
 	ex->bytes_in = st->in_seq_end - st->in_seq_start;
 	if (tp) {
+		/* In 64 bits: each message's end is near the socket's counts
+		 * now, its start anywhere before. */
+		ex->bytes_out = written64(tp) - (__u32)(tp->write_seq - st->out_seq_end) - st->out_bytes0;
+		ex->bytes_in = tp->bytes_received + (__s32)(st->in_seq_end - tp->rcv_nxt) - st->in_bytes0;
 		ex->segs_out = tp->data_segs_out - st->data_segs_out0;
 		ex->retrans = tp->total_retrans - st->total_retrans0;
 		ex->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v; /* ~0: no sample yet */
@@ -128,6 +148,8 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 		st->cur.rwnd_start = tp->snd_wnd;
 		st->out_seq_start = st->out_seq_end = tp->write_seq;
 		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+		st->out_bytes0 = written64(tp);
+		st->in_bytes0 = tp->bytes_received;
 	}
 	st->wait_last_ns = 0;
 	st->hole_start_ns = 0;
@@ -178,6 +200,7 @@ static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *t
 		ex->segs_in = 0;
 		ex->loss_in_ns = 0;
 		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+		st->in_bytes0 = tp->bytes_received;
 		st->hole_start_ns = 0;
 	} else {
 		ex->w0 = ex->w1 = ex->x1 = ex->a1 = 0;
@@ -186,6 +209,7 @@ static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *t
 		ex->wait_cwnd_ns = ex->wait_rwnd_ns = ex->wait_sndbuf_ns = ex->wait_other_ns = ex->wait_pacing_ns = 0;
 		ex->loss_out_ns = 0;
 		st->out_seq_start = st->out_seq_end = tp->write_seq;
+		st->out_bytes0 = written64(tp);
 		st->wait_last_ns = 0;
 	}
 }
@@ -219,6 +243,7 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 	st->msg_tstamp = 0;
 	st->cur.w0 = now;
 	st->out_seq_start = st->out_seq_end = tp->write_seq;
+	st->out_bytes0 = written64(tp);
 	st->data_segs_out0 = tp->data_segs_out;
 	/* cwnd before the kernel's restart after idle, which comes with the
 	 * first skb queued after this point. */
@@ -239,6 +264,7 @@ static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct
 	/* rcv_nxt, not the segment's seq: a retransmission may overlap data
 	 * already received. */
 	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+	st->in_bytes0 = tp->bytes_received;
 }
 
 #endif /* LATTRACE_EXCHANGE_BPF_H */

@@ -36,14 +36,8 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 	if (st->phase != PHASE_OUT) {
 		begin_out(st, sk, tp, now);
 	} else if (st->cur.x1) {
-		/* A further write before any reply extends the same message: its
-		 * last byte, and so x1 and a1, move on. */
-		st->cur.x1 = 0;
-		st->cur.a1 = 0;
-		st->cur.flags &= ~LT_EX_ACK_PURE;
-		st->cur.ack_rtt_us = 0;
-		st->wait_last_ns = now;
-		st->wait_cause = classify(sk, tp);
+		/* A further write before any reply extends the same message. */
+		reopen_x1(st, sk, tp, now);
 	} else {
 		/* A later skb of a long write, or a later write of the
 		 * message. A write pushes its data only at its end, so unsent
@@ -76,6 +70,8 @@ static __always_inline void handle_send_done(struct sock *sk, int ret)
 		return;
 	now = bpf_ktime_get_ns();
 	st->cur.w1 = now;
+	if (after(tp->write_seq, st->out_seq_end))
+		reopen_x1(st, sk, tp, now);
 	st->out_seq_end = tp->write_seq;
 	st->last_activity_ns = now;
 	if (tp->snd_cwnd < st->cur.cwnd_start && st->cur.idle_ns && !(st->cur.flags & LT_EX_CWND_RESTART)) {
@@ -337,8 +333,8 @@ static __always_inline void handle_inflight(struct seq_file *seq, struct sock *s
 		rec.start_ns = st->cur.w0 ? st->cur.w0 : st->cur.r0;
 		if (st->cur.r0 && st->cur.r0 < rec.start_ns)
 			rec.start_ns = st->cur.r0;
-		rec.bytes_out = tp->write_seq - st->out_seq_start;
-		rec.bytes_in = tp->rcv_nxt - st->in_seq_start;
+		rec.bytes_out = written64(tp) - st->out_bytes0;
+		rec.bytes_in = tp->bytes_received - st->in_bytes0;
 	}
 	bpf_seq_write(seq, &rec, sizeof(rec));
 }

@@ -40,6 +40,9 @@ struct lt_sock {
 	__u64 cookie;       /* the socket's, asked once (sock_cookie) */
 	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
+	/* Where the messages start in 64-bit byte counts (written64,
+	 * bytes_received), so a message past 4 GiB keeps its exact size. */
+	__u64 out_bytes0, in_bytes0;
 	__u32 data_segs_out0, total_retrans0;
 	__u32 turns;
 	__u32 turns_emitted; /* turns at the previous exchange's emit */

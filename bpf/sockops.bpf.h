@@ -182,6 +182,8 @@ static __always_inline void sockops_tstamp_sendmsg(struct bpf_sock_ops *skops, s
 	tp = bpf_skc_to_tcp_sock(bsk);
 	if (!st || st->phase != PHASE_OUT || !tp)
 		return;
+	if (after(tp->write_seq, st->out_seq_end))
+		reopen_x1(st, (struct sock *)tp, tp, bpf_ktime_get_ns());
 	st->out_seq_end = tp->write_seq;
 	/* Timestamp the write's last byte only when it will wait in the
 	 * send queue; otherwise it leaves in this very call and

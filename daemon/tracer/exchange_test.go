@@ -248,3 +248,64 @@ func pingPongCC(t *testing.T, cc string, n, req, resp int, think time.Duration) 
 	c.Close()
 	return local
 }
+
+// TestMessagePastFourGiB: sequence numbers wrap at 4 GiB; a message longer
+// than that keeps its exact size at both ends.
+func TestMessagePastFourGiB(t *testing.T) {
+	_, col := openTracer(t)
+	const size = 4<<30 + 512<<20 + 12345
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		served <- func() error {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := io.CopyN(io.Discard, c, size); err != nil {
+				return err
+			}
+			_, err = c.Write([]byte("ok"))
+			return err
+		}()
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for left := int64(size); left > 0; {
+		n := min(left, int64(len(buf)))
+		if _, err := c.Write(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+		left -= n
+	}
+	if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	c.Close()
+	col.find(t, local)
+	exs := col.connExchanges(local)
+	if len(exs) != 2 {
+		t.Fatalf("%d exchanges for the message and its answer at both ends, want 2", len(exs))
+	}
+	for _, e := range exs {
+		out, in := e.BytesOut, e.BytesIn
+		if e.Role == record.Responder {
+			out, in = in, out
+		}
+		if out != size || in != 2 {
+			t.Errorf("%s: %d bytes out and %d in, want %d and 2", e.Role, e.BytesOut, e.BytesIn, size)
+		}
+	}
+}

@@ -213,6 +213,8 @@ type lattraceLtSock struct {
 	OutSeqEnd      uint32
 	InSeqStart     uint32
 	InSeqEnd       uint32
+	OutBytes0      uint64
+	InBytes0       uint64
 	DataSegsOut0   uint32
 	TotalRetrans0  uint32
 	Turns          uint32

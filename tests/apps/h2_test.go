@@ -2,7 +2,6 @@ package apps
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -41,22 +40,7 @@ func TestHTTP2(t *testing.T) {
 // h2loadLatencies reads h2load's --log-file: start, status, duration (us).
 func h2loadLatencies(t *testing.T, path string) []time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []time.Duration
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			continue
-		}
-		us, err := strconv.Atoi(f[2])
-		if err != nil {
-			t.Fatalf("h2load log line %q: %v", line, err)
-		}
-		out = append(out, time.Duration(us)*time.Microsecond)
-	}
+	out := microsColumn(t, path, 2)
 	if len(out) == 0 {
 		t.Fatalf("no requests in h2load's log")
 	}

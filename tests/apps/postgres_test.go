@@ -97,24 +97,33 @@ func pgbenchLatencies(t *testing.T, dir string) []time.Duration {
 	files, _ := filepath.Glob(filepath.Join(dir, "pgbench.*"))
 	var out []time.Duration
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			fields := strings.Fields(line)
-			if len(fields) < 3 {
-				continue
-			}
-			us, err := strconv.Atoi(fields[2])
-			if err != nil {
-				t.Fatalf("pgbench log line %q: %v", line, err)
-			}
-			out = append(out, time.Duration(us)*time.Microsecond)
-		}
+		out = append(out, microsColumn(t, f, 2)...)
 	}
 	if len(out) == 0 {
 		t.Fatalf("no transactions in pgbench's log (%v)", files)
+	}
+	return out
+}
+
+// microsColumn reads a client's per-request log of whitespace-separated
+// columns: column col (from 0) of each line, in microseconds.
+func microsColumn(t *testing.T, path string, col int) []time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Duration
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) <= col {
+			continue
+		}
+		us, err := strconv.Atoi(f[col])
+		if err != nil {
+			t.Fatalf("%s: line %q: %v", path, line, err)
+		}
+		out = append(out, time.Duration(us)*time.Microsecond)
 	}
 	return out
 }
