@@ -224,7 +224,10 @@ static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp
 		st->turns++;
 		if (st->cur.role != role)
 			return;
-		if (greeting_only(st)) {
+		if (st->cur.flags & LT_EX_PUSH) {
+			emit_exchange(st, tp, now);
+			reset_exchange(st, sk, tp, role, now);
+		} else if (greeting_only(st)) {
 			drop_greeting(st, tp);
 		} else {
 			emit_exchange(st, tp, now);
@@ -235,10 +238,9 @@ static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp
 	}
 }
 
-/* The local app starts writing: a turn if the peer's message came before. */
-static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+/* The out message starts at now. */
+static __always_inline void start_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
-	turn(st, sk, tp, PHASE_IN, LT_REQUESTER, now);
 	st->phase = PHASE_OUT;
 	st->msg_tstamp = 0;
 	st->cur.w0 = now;
@@ -255,16 +257,74 @@ static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struc
 	st->wait_cause = classify(sk, tp);
 }
 
-/* New data arrives: a turn if the local app had sent before. */
-static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 seq, __u64 now)
+/* The local app starts writing: a turn if the peer's message came before. */
+static __always_inline void begin_out(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
-	turn(st, sk, tp, PHASE_OUT, LT_RESPONDER, now);
+	turn(st, sk, tp, PHASE_IN, LT_REQUESTER, now);
+	start_out(st, sk, tp, now);
+}
+
+/* The in message starts at now. */
+static __always_inline void start_in(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
 	st->phase = PHASE_IN;
 	st->cur.r0 = now;
 	/* rcv_nxt, not the segment's seq: a retransmission may overlap data
 	 * already received. */
 	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
 	st->in_bytes0 = tp->bytes_received;
+}
+
+/* New data arrives: a turn if the local app had sent before. */
+static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+{
+	turn(st, sk, tp, PHASE_OUT, LT_RESPONDER, now);
+	start_in(st, tp, now);
+}
+
+/* The least silence before the server's data counts as a push: below it,
+ * a pause inside a message (an app writing its answer in pieces) on a
+ * short path. */
+#define PUSH_MIN_QUIET_NS (10ULL * 1000 * 1000)
+
+/* Is the server's data, now, unprompted? It comes after the exchange was
+ * complete (on the client the app read the whole answer; on the server
+ * the answer had left) and after a silence of two smoothed round trips,
+ * longer than a pause inside one message: a sender held by its window
+ * goes on within about a round trip, when the ACKs come. Only a
+ * connection whose roles are known can tell the server's data. */
+static __always_inline bool server_pushes(const struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	__u64 quiet = 2ULL * (tp->srtt_us >> 3) * 1000;
+	bool after_push = st->cur.flags & LT_EX_PUSH;
+
+	if (quiet < PUSH_MIN_QUIET_NS)
+		quiet = PUSH_MIN_QUIET_NS;
+	if (st->role == LT_ROLE_CLIENT) {
+		if (st->phase != PHASE_IN || !(st->cur.w0 || after_push) || !st->cur.d1)
+			return false;
+	} else if (st->role == LT_ROLE_SERVER) {
+		if (st->phase != PHASE_OUT || !(st->cur.r0 || after_push) || !st->cur.x1)
+			return false;
+	} else {
+		return false;
+	}
+	/* On the server the answer may have left (x1) after its write's end,
+	 * held by pacing or the window. */
+	if (st->role == LT_ROLE_SERVER && st->cur.x1 > st->last_activity_ns)
+		return now - st->cur.x1 > quiet;
+	return now - st->last_activity_ns > quiet;
+}
+
+/* The exchange so far is complete and leaves; the next record holds the
+ * server's unprompted message (its direction's start_* follows). */
+static __always_inline void begin_push(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
+{
+	__u32 role = st->cur.role;
+
+	emit_exchange(st, tp, now);
+	reset_exchange(st, sk, tp, role, now);
+	st->cur.flags |= LT_EX_PUSH;
 }
 
 #endif /* LATTRACE_EXCHANGE_BPF_H */

@@ -35,6 +35,9 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 	now = bpf_ktime_get_ns();
 	if (st->phase != PHASE_OUT) {
 		begin_out(st, sk, tp, now);
+	} else if (server_pushes(st, tp, now)) {
+		begin_push(st, sk, tp, now);
+		start_out(st, sk, tp, now);
 	} else if (st->cur.x1) {
 		/* A further write before any reply extends the same message. */
 		reopen_x1(st, sk, tp, now);
@@ -144,8 +147,12 @@ static __always_inline void handle_segment_in(struct sock *sk, struct sk_buff *s
 
 	if (!fresh)
 		return;
-	if (st->phase != PHASE_IN)
-		begin_in(st, sk, tp, seq, now);
+	if (st->phase != PHASE_IN) {
+		begin_in(st, sk, tp, now);
+	} else if (server_pushes(st, tp, now)) {
+		begin_push(st, sk, tp, now);
+		start_in(st, tp, now);
+	}
 	st->cur.segs_in++;
 	st->cur.r1 = now;
 	if (after(seq + len, st->in_seq_end)) {
@@ -265,10 +272,12 @@ static __always_inline void handle_close(struct sock *sk)
 		/* A message without its reply: a closing message (a protocol's
 		 * goodbye), a request the peer never answered, a one-way
 		 * stream, or a greeting nobody answered. */
-		if (!st->cur.w0 || !st->cur.r0)
-			st->cur.flags |= LT_EX_UNANSWERED;
-		if (greeting_only(st))
-			st->cur.flags |= LT_EX_GREETING;
+		if (!(st->cur.flags & LT_EX_PUSH)) {
+			if (!st->cur.w0 || !st->cur.r0)
+				st->cur.flags |= LT_EX_UNANSWERED;
+			if (greeting_only(st))
+				st->cur.flags |= LT_EX_GREETING;
+		}
 		emit_exchange(st, tp, now);
 		st->phase = PHASE_NONE;
 		__builtin_memset(&st->cur, 0, sizeof(st->cur));

@@ -69,6 +69,7 @@ enum lt_exchange_flag {
 	LT_EX_ACK_PURE = 1 << 5,      /* a1 came on a pure ACK before any reply data */
 	LT_EX_GREETING = 1 << 6,      /* the server spoke first on the connection (a greeting): not part of this exchange */
 	LT_EX_UNANSWERED = 1 << 7,    /* the connection closed before the message of this exchange got its reply */
+	LT_EX_PUSH = 1 << 8,          /* the server's message, unprompted, after a complete exchange: it has no request */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes

@@ -176,9 +176,9 @@ func (e explanation) write(w io.Writer) {
 	if e.inFlight != "" {
 		fmt.Fprintln(w, e.inFlight)
 	}
-	timed := m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed
+	timed := m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes
 	if timed == 0 {
-		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started, %d unanswered at close, %d cut from overlapping messages): nothing to explain yet.\n", m.Exchanges, m.Partial, m.Unanswered, m.Multiplexed)
+		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started, %d unanswered at close, %d cut from overlapping messages, %d pushed): nothing to explain yet.\n", m.Exchanges, m.Partial, m.Unanswered, m.Multiplexed, m.Pushes)
 		return
 	}
 	fmt.Fprintf(w, "%s: p50 %s, p99 %s, max %s; %s sent, %s received, %s\n",

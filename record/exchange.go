@@ -176,6 +176,11 @@ type Exchange struct {
 	// kept out of the latency distributions (Metrics.Multiplexed). The
 	// connection's RTTs, send-wait causes and loss stay right.
 	Multiplexed bool `json:"multiplexed,omitempty"`
+	// Push: the server's message came unprompted after a complete
+	// exchange and a silence of two round trips (10 ms at least): server
+	// push, PostgreSQL NOTIFY, pub/sub, a PING. The record holds that
+	// message alone: no latency sample (Metrics.Pushes).
+	Push bool `json:"push,omitempty"`
 
 	// Peer names the remote end in a cluster: the pod or Service behind
 	// the remote address (filled in by the daemon).
@@ -185,6 +190,12 @@ type Exchange struct {
 	// (filled in by the daemon; see daemon/diagnose).
 	Diagnoses []Diagnosis `json:"diagnoses,omitempty"`
 }
+
+// Timed reports whether the exchange is a latency sample: a request and
+// its answer, not a message without a reply (Unanswered), a cut between
+// overlapping messages (Multiplexed) or an unprompted message (Push).
+// A Partial exchange is one, truncated.
+func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.Push }
 
 // ConnOpen is emitted when a connection is established.
 type ConnOpen struct {

@@ -173,6 +173,9 @@ func metricLines(m *aggregate.Metrics, rate float64, w int) []string {
 	if m.Multiplexed > 0 {
 		ex += fmt.Sprintf(" (%d multiplexed)", m.Multiplexed)
 	}
+	if m.Pushes > 0 {
+		ex += fmt.Sprintf(" (%d pushed)", m.Pushes)
+	}
 	items := []string{
 		ex,
 		fmtRate(rate) + "/s",

@@ -254,7 +254,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	t := ex.Time
 	// Partial, unanswered and multiplexed exchanges skip the sketches.
 	var tm timing
-	if !ex.Partial && !ex.Unanswered && !ex.Multiplexed {
+	if !ex.Partial && ex.Timed() {
 		tm.of(a.flowSC.m, ex)
 	}
 	a.wmu.Lock()

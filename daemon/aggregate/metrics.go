@@ -70,8 +70,8 @@ type metrics struct {
 }
 
 type scalars struct {
-	exchanges, requester, responder, partial, unanswered, multiplexed uint64
-	firstSeen, lastSeen                                               record.Mono
+	exchanges, requester, responder, partial, unanswered, multiplexed, pushes uint64
+	firstSeen, lastSeen                                                       record.Mono
 	// active is the sum of the durations of the complete exchanges in
 	// ns, the denominator of goodput; activeBytes* the numerators.
 	active                        float64
@@ -205,6 +205,8 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 		// A cut between overlapping messages is no request and its
 		// answer: no latency sample either.
 		sc.multiplexed++
+	} else if ex.Push {
+		sc.pushes++
 	} else {
 		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
@@ -348,9 +350,12 @@ type Metrics struct {
 	// Multiplexed counts exchanges cut from overlapping messages
 	// (record.Exchange.Multiplexed), also outside the latency
 	// distributions and means.
-	Multiplexed uint64      `json:"multiplexed"`
-	FirstSeen   record.Mono `json:"first_seen_mono_ns"`
-	LastSeen    record.Mono `json:"last_seen_mono_ns"`
+	Multiplexed uint64 `json:"multiplexed"`
+	// Pushes counts the server's unprompted messages
+	// (record.Exchange.Push), outside them too.
+	Pushes    uint64      `json:"pushes"`
+	FirstSeen record.Mono `json:"first_seen_mono_ns"`
+	LastSeen  record.Mono `json:"last_seen_mono_ns"`
 	// Active is the summed duration of the (non-partial) exchanges: the
 	// time the application was waiting on this key, idle gaps excluded.
 	// For a peer pair, exchanges of concurrent connections each count.
@@ -472,7 +477,7 @@ func goodput(bytes uint64, active float64) float64 {
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	m.fold(c)
 	sc := &m.sc
-	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed // the exchanges with timing
+	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed - sc.pushes // the exchanges with timing
 	cs := &sc.compSum
 	out := Metrics{
 		Exchanges:   sc.exchanges,
@@ -481,6 +486,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		Partial:     sc.partial,
 		Unanswered:  sc.unanswered,
 		Multiplexed: sc.multiplexed,
+		Pushes:      sc.pushes,
 		FirstSeen:   sc.firstSeen,
 		LastSeen:    sc.lastSeen,
 		Active:      time.Duration(math.Round(sc.active)),

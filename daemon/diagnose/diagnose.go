@@ -77,7 +77,7 @@ const (
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
 func Of(m *aggregate.Metrics) []record.Diagnosis {
-	if m.Exchanges-m.Partial-m.Unanswered-m.Multiplexed == 0 || m.Duration.Mean <= 0 {
+	if m.Exchanges-m.Partial-m.Unanswered-m.Multiplexed-m.Pushes == 0 || m.Duration.Mean <= 0 {
 		return nil
 	}
 	f := newFacts(m)
@@ -520,7 +520,7 @@ func Exchange(e *record.Exchange) []record.Diagnosis {
 	// Every finding on one exchange must cost it exchangeMinPart: a
 	// shorter exchange (most of them, on a LAN) has none, and this runs
 	// for every exchange.
-	if e.Partial || e.Unanswered || e.Multiplexed || e.Duration < exchangeMinPart {
+	if e.Partial || !e.Timed() || e.Duration < exchangeMinPart {
 		return nil
 	}
 	c := &e.Components

@@ -80,6 +80,15 @@ const hookSlack = 50 * time.Microsecond
 func requester(e *record.Exchange) {
 	t := e.Timeline
 	c := &e.Components
+	if t.W0 == 0 && t.Connect == 0 {
+		// The peer's message alone (a push, or a greeting nobody
+		// answered): its arrival and its reading.
+		e.Start = t.R0
+		ch := chain{at: t.R0}
+		c.LossRecovery = receive(e, &ch)
+		e.End = ch.at
+		return
+	}
 	start := t.W0
 	if t.Connect != 0 && t.Connect < t.W0 {
 		start = t.Connect
@@ -122,6 +131,14 @@ func requester(e *record.Exchange) {
 func responder(e *record.Exchange) {
 	t := e.Timeline
 	c := &e.Components
+	if t.R0 == 0 {
+		// This end's message alone (a push): its write until it left.
+		e.Start = t.W0
+		ch := chain{at: t.W0}
+		send(e, &ch)
+		e.End = ch.at
+		return
+	}
 	e.Start = t.R0
 	ch := chain{at: t.R0}
 	// A request that follows the previous answer (its last write) sooner

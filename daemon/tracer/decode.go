@@ -189,6 +189,7 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
 		Greeting:           has(lattraceLtExchangeFlagLT_EX_GREETING),
 		Unanswered:         has(lattraceLtExchangeFlagLT_EX_UNANSWERED),
+		Push:               has(lattraceLtExchangeFlagLT_EX_PUSH),
 	}
 	e.Role = exchangeRole(x.Role)
 	e.CongestionControl = congs.get(x.Cong[:])

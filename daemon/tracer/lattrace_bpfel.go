@@ -120,6 +120,7 @@ const (
 	lattraceLtExchangeFlagLT_EX_ACK_PURE     lattraceLtExchangeFlag = 32
 	lattraceLtExchangeFlagLT_EX_GREETING     lattraceLtExchangeFlag = 64
 	lattraceLtExchangeFlagLT_EX_UNANSWERED   lattraceLtExchangeFlag = 128
+	lattraceLtExchangeFlagLT_EX_PUSH         lattraceLtExchangeFlag = 256
 )
 
 type lattraceLtExchangeRole uint32

@@ -189,9 +189,10 @@ func (m *metrics) exchange(e *record.Exchange) {
 	defer m.mu.Unlock()
 	p := m.pairOf(e)
 	p.exchanges++
-	// A message without a reply waited, and a cut between overlapping
-	// messages is no request and its answer: neither is a latency.
-	if !e.Unanswered && !e.Multiplexed {
+	// A message without a reply waited, a cut between overlapping
+	// messages is no request and its answer, a push has no request: none
+	// is a latency.
+	if e.Timed() {
 		p.duration.add(e.Duration.Seconds())
 		c := e.Components
 		for i, d := range [8]time.Duration{

@@ -207,6 +207,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.partial", e.Partial),
 		attribute.Bool("lattrace.unanswered", e.Unanswered),
 		attribute.Bool("lattrace.multiplexed", e.Multiplexed),
+		attribute.Bool("lattrace.push", e.Push),
 		attribute.Bool("lattrace.greeting", e.Greeting),
 	}
 	if e.Owner.ContainerID != "" {

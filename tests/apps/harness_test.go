@@ -368,15 +368,23 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		nets = append(nets, e.Components.Network)
 		peers = append(peers, e.Components.Peer)
 	}
-	matched := 0
+	matched, late := 0, 0
+	var xerr []time.Duration
 	for _, e := range server {
 		// x1 is when the answer's last byte left: within 1 ms of the
 		// capture on the server's side, counted from the request's last
-		// byte at both.
+		// byte at both. Two shared vCPUs (the lab's relay, two captures,
+		// a server and a client) delay a thread now and then by a few
+		// ms between the kernel's hook and the capture: one answer in
+		// twenty may miss, as in tests/scenarios' wire comparisons.
 		if wire, ok := tr.departures[wireKey{e.Flow.Remote.Port(), e.InSeq - e.ISNRemote}]; ok && e.Timeline.X1 != 0 && e.Timeline.R1 != 0 {
 			matched++
-			if got := e.Timeline.X1.Sub(e.Timeline.R1); (got - wire).Abs() > time.Millisecond {
-				fail("server end: the answer's last byte left %v after the request's on the wire, x1 - r1 is %v (tx timestamps %v)", wire, got, e.TxTimestamps)
+			got := e.Timeline.X1.Sub(e.Timeline.R1)
+			xerr = append(xerr, got-wire)
+			if (got - wire).Abs() > time.Millisecond {
+				late++
+				t.Logf("%s: server end: the answer's last byte left %v after the request's on the wire, x1 - r1 is %v (tx timestamps %v)",
+					workload, wire, got, e.TxTimestamps)
 			}
 		}
 		if e.Role != record.Responder || e.ConnRole != record.RoleServer {
@@ -394,8 +402,13 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		durs = tr.corrected(durs)
 	}
 	r.p50, r.p99 = quantile(durs, 0.5), quantile(durs, 0.99)
-	if tr.departures != nil && matched < tr.samples {
-		fail("%d of the server's answers found on the wire for %d requests", matched, tr.samples)
+	if tr.departures != nil {
+		if matched < tr.samples {
+			fail("%d of the server's answers found on the wire for %d requests", matched, tr.samples)
+		}
+		if m := quantile(xerr, 0.5); late*20 > matched || m.Abs() > 200*time.Microsecond {
+			fail("x1 off the wire by more than 1 ms on %d of %d answers, by %v at the median", late, matched, m)
+		}
 	}
 	if os.Getenv("APPS_DEBUG") != "" {
 		for i, e := range client {

@@ -130,3 +130,92 @@ func TestGreetingAndGoodbye(t *testing.T) {
 		}
 	}
 }
+
+// A server that pushes: after answering the second request it sends a
+// message of its own 300 ms later (server push, NOTIFY, pub/sub). The push
+// is a record of its own at both ends, no latency sample, and the answers
+// around it keep their own times: the silence is in no component.
+func TestPush(t *testing.T) {
+	const (
+		think = 5 * time.Millisecond
+		quiet = 300 * time.Millisecond
+	)
+	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+	var ln net.Listener
+	if err := s.lab.B.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	served := make(chan error, 1)
+	go func() {
+		served <- func() error {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for i := range 3 {
+				if _, err := io.ReadFull(c, make([]byte, 100)); err != nil {
+					return err
+				}
+				time.Sleep(think)
+				if _, err := c.Write(make([]byte, 300)); err != nil {
+					return err
+				}
+				if i == 1 {
+					time.Sleep(quiet)
+					if _, err := c.Write(make([]byte, 200)); err != nil {
+						return err
+					}
+				}
+			}
+			_, err = io.ReadFull(c, make([]byte, 1))
+			return err
+		}()
+	}()
+	conn := s.dial()
+	for i := range 3 {
+		if _, err := conn.Write(make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 300)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if _, err := io.ReadFull(conn, make([]byte, 200)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	local := conn.LocalAddr().String()
+	conn.Close()
+	<-served
+	s.settle([]workload.ClientRecord{{Local: local}})
+
+	client := s.col.Of(s.netnsA, func(e *record.Exchange) bool { return e.Flow.Local.String() == local })
+	server := s.col.Of(s.netnsB, func(e *record.Exchange) bool { return e.Flow.Remote.String() == local })
+	for name, side := range map[string][]*record.Exchange{"client": client, "server": server} {
+		var pushes, answered int
+		for i, e := range side {
+			t.Logf("%s %d: %s push %v unanswered %v out %d in %d duration %v %+v", name, i, e.Role, e.Push, e.Unanswered, e.BytesOut, e.BytesIn, e.Duration, e.Components)
+			switch {
+			case e.Push:
+				pushes++
+				if got := e.BytesIn + e.BytesOut; got != 200 {
+					t.Errorf("%s: the push holds %d bytes, want 200", name, got)
+				}
+			case e.Timed():
+				answered++
+				if e.BytesOut+e.BytesIn != 400 || e.Duration > quiet/2 {
+					t.Errorf("%s exchange %d: %d bytes out, %d in, %v: the push is not part of it", name, i, e.BytesOut, e.BytesIn, e.Duration)
+				}
+			}
+		}
+		if pushes != 1 || answered != 3 {
+			t.Errorf("%s: %d pushes and %d answered exchanges, want 1 and 3", name, pushes, answered)
+		}
+	}
+}
