@@ -28,9 +28,11 @@ static __always_inline void mark_x1(struct lt_sock *st, struct tcp_sock *tp, __u
 }
 
 /* A write added bytes to the out message after its last byte so far had
- * left: its last byte, and so x1 and a1, move on. A write that fills no
- * new skb (appended to the tail skb) fires no tcp_sendmsg_locked, so the
- * end of the write (or the SENDMSG callback) checks too. */
+ * left: its last byte, and so x1 and a1, move on. ACKs processed in the
+ * middle of a write (the socket's backlog, while it waits for memory) see
+ * the message's end as it was before the write and may mark x1 there, so
+ * the end of each write, the SENDMSG callback and the reply's arrival
+ * check too. */
 static __always_inline void reopen_x1(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
 	if (!st->cur.x1)

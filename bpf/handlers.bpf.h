@@ -130,8 +130,10 @@ static __always_inline void handle_segment_in(struct sock *sk, struct sk_buff *s
 	 * other CPU) can come first: everything written since w0 is the
 	 * message, so its end is taken here, before x1 and a1 are looked
 	 * for. */
-	if (fresh && st->phase == PHASE_OUT && after(tp->write_seq, st->out_seq_end))
+	if (fresh && st->phase == PHASE_OUT && after(tp->write_seq, st->out_seq_end)) {
+		reopen_x1(st, sk, tp, now);
 		st->out_seq_end = tp->write_seq;
+	}
 
 	/* The out message: acknowledged, or (without TX timestamps) sent. */
 	if (st->cur.w0 && st->out_seq_end != st->out_seq_start) {

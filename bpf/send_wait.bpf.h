@@ -21,12 +21,14 @@ enum wait_cause {
 	WAIT_PACING,
 };
 
-/* Does TCP give this socket's skbs departure times, one skb's length at
- * the pacing rate apart? BBR asks for it, and so does SO_MAX_PACING_RATE;
- * without the fq qdisc TCP itself holds each skb until then. */
+/* Does TCP itself hold this socket's skbs until their departure times,
+ * one skb's length at the pacing rate apart? BBR asks for it, and so does
+ * SO_MAX_PACING_RATE, when no fq qdisc does it instead (SK_PACING_FQ: fq
+ * holds them after the qdisc entry, where x1 is read, so its pacing is not
+ * seen; this kernel has no fq). */
 static __always_inline bool paced(struct sock *sk)
 {
-	return sk->sk_pacing_status != SK_PACING_NONE && sk->sk_pacing_rate != ~0UL;
+	return sk->sk_pacing_status == SK_PACING_NEEDED && sk->sk_pacing_rate != ~0UL;
 }
 
 /* What is holding back the unsent part of the out message right now. A

@@ -61,6 +61,22 @@ func TestGoodputIsBytesOverActiveTime(t *testing.T) {
 		t.Errorf("with a partial exchange: %+v", f.Metrics)
 	}
 
+	// Exchanges that are no latency sample count apart, each in its
+	// counter, outside the timing.
+	for i, mark := range []func(*record.Exchange){
+		func(e *record.Exchange) { e.Unanswered = true },
+		func(e *record.Exchange) { e.Multiplexed = true },
+		func(e *record.Exchange) { e.Push = true },
+	} {
+		e := exch("10.0.0.1:40000", "10.0.0.2:443", 1, o, record.RoleClient, at(21+float64(i)), 300*ms)
+		mark(e)
+		a.AddExchange(e)
+	}
+	f, _ = a.Flow(flowKey(e1))
+	if f.Exchanges != 6 || f.Unanswered != 1 || f.Multiplexed != 1 || f.Pushes != 1 || f.Duration.Count != 2 || f.Active != 400*ms {
+		t.Errorf("with unanswered, multiplexed and pushed exchanges: %+v", f.Metrics)
+	}
+
 	// No exchange time, no rate (not +Inf, which JSON cannot carry).
 	if g := goodput(100, 0); g != 0 {
 		t.Errorf("goodput with no active time %v", g)

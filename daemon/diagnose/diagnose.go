@@ -467,14 +467,16 @@ func OfPair(p *aggregate.PeerStats) []record.Diagnosis {
 	if p.Connections == 0 {
 		return ds
 	}
-	perConn := float64(p.Exchanges) / float64(p.Connections)
+	// Messages without a reply (a closing goodbye) and pushes are no
+	// round trip of the connection's.
+	perConn := float64(p.Exchanges-p.Unanswered-p.Pushes) / float64(p.Connections)
 	for i := range ds {
 		if ds[i].Name != ConnPerRequest {
 			continue
 		}
 		ds[i].Evidence = append(ds[i].Evidence, record.Evidence{Name: "exchanges_per_connection", Value: perConn})
 		if perConn >= 1.5 {
-			ds[i].Summary += fmt.Sprintf("; each connection carries %.1f exchanges, the first ones another handshake (TLS): a request waits for about %.0f round trips where a kept-alive connection needs one",
+			ds[i].Summary += fmt.Sprintf("; each connection carries %.1f exchanges, the first ones more set-up (a TLS handshake, a login): a request waits for about %.0f round trips where a kept-alive connection needs one",
 				perConn, perConn+1)
 		}
 	}

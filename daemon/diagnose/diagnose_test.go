@@ -18,7 +18,10 @@ func metrics(n uint64, c record.Components) aggregate.Metrics {
 	m.Duration.Count = n
 	m.Components.Handshake = aggregate.Summary{Count: n, Mean: c.Handshake}
 	// Every exchange waits alike: the median is the mean.
-	wait := c.SendWait + c.SendWaitCwnd + c.SendWaitRwnd + c.SendWaitSndbuf + c.SendWaitPacing + c.SendWaitOther
+	wait := c.SendWait
+	if wait == 0 {
+		wait = c.SendWaitCwnd + c.SendWaitRwnd + c.SendWaitSndbuf + c.SendWaitPacing + c.SendWaitOther
+	}
 	m.Components.SendWait = aggregate.Summary{Count: n, Mean: wait, P50: wait}
 	if c.Handshake > 0 {
 		m.Components.Handshake.Nonzero = n
@@ -50,6 +53,7 @@ func TestRules(t *testing.T) {
 		{"rwnd", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 300 * ms, SendWaitRwnd: 300 * ms}), []record.DiagnosisName{RwndLimited}, 300.0 / 320},
 		{"sndbuf", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 20 * ms, SendWaitSndbuf: 20 * ms}), []record.DiagnosisName{SndbufLimited}, 0.5},
 		{"nagle", metrics(10, record.Components{Network: 1 * ms, Propagation: 1 * ms, SendWait: 40 * ms, SendWaitOther: 40 * ms}), []record.DiagnosisName{SendStall}, 40.0 / 41},
+		{"paced", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, SendWait: 20 * ms, SendWaitPacing: 20 * ms}), []record.DiagnosisName{Paced}, 0.5},
 		{"handshake", metrics(10, record.Components{Network: 20 * ms, Propagation: 20 * ms, Handshake: 20 * ms}), []record.DiagnosisName{ConnPerRequest}, 0.5},
 		{"local reader", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, LocalRead: 8 * ms}), []record.DiagnosisName{LocalRead}, 0.8},
 		{"local think", metrics(10, record.Components{Network: 2 * ms, Propagation: 2 * ms, Think: 8 * ms}), []record.DiagnosisName{LocalThink}, 0.8},

@@ -77,14 +77,36 @@ func overlapBound(prop time.Duration) time.Duration { return max(prop-hookSlack,
 // return, a few microseconds after the kernel stamps the segment.
 const hookSlack = 50 * time.Microsecond
 
+// sentBy is the latest time the outgoing message's last byte is known to
+// have left by: x1 from a TX timestamp; the write's start when x1 is the
+// write's return (the byte left inside the write); 0 when x1 came from a
+// later hook and bounds nothing from below.
+func sentBy(e *record.Exchange) record.Mono {
+	t := &e.Timeline
+	switch {
+	case e.TxTimestamps:
+		return t.X1
+	case t.X1 != 0 && t.X1 == t.W1:
+		return t.W0
+	}
+	return 0
+}
+
 func requester(e *record.Exchange) {
 	t := e.Timeline
 	c := &e.Components
-	if t.W0 == 0 && t.Connect == 0 {
-		// The peer's message alone (a push, or a greeting nobody
-		// answered): its arrival and its reading.
-		e.Start = t.R0
-		ch := chain{at: t.R0}
+	if t.W0 == 0 {
+		// The peer's message alone (a push, or a greeting the client
+		// closed on): from connect, if this end connected, to the
+		// message's arrival is set-up, then the message's own arrival
+		// and reading.
+		start := t.R0
+		if t.Connect != 0 && t.Connect < t.R0 {
+			start = t.Connect
+		}
+		e.Start = start
+		ch := chain{at: start}
+		c.Handshake = ch.to(t.R0)
 		c.LossRecovery = receive(e, &ch)
 		e.End = ch.at
 		return
@@ -114,8 +136,11 @@ func requester(e *record.Exchange) {
 	c.LossRecovery = min(e.Raw.LossOut, gap)
 	gap -= c.LossRecovery
 	// No answer comes sooner than the path's round trip: data that does
-	// was sent before this message arrived.
-	if prop := propagation(e); overlap || gap < overlapBound(prop) {
+	// was sent before this message arrived. Only an exact x1 tells: one
+	// read at the write's return (after the socket is released, so a
+	// descheduled thread makes it late) is bounded by the write's start,
+	// and one taken at a later hook (the fallback) says nothing.
+	if prop := propagation(e); overlap || sentBy(e) != 0 && t.R0.Sub(sentBy(e))-c.LossRecovery < overlapBound(prop) {
 		e.Multiplexed = true
 		c.Peer = gap
 	} else {
@@ -141,9 +166,12 @@ func responder(e *record.Exchange) {
 	}
 	e.Start = t.R0
 	ch := chain{at: t.R0}
-	// A request that follows the previous answer (its last write) sooner
-	// than the path's round trip was sent before that answer arrived.
-	if !e.First && e.IdleGap < overlapBound(propagation(e)) {
+	// A request that follows the previous answer sooner than the path's
+	// round trip was sent before that answer arrived. The silence is
+	// counted from this end's last activity (a write's return, read after
+	// the socket is released): half the round trip leaves room for a
+	// descheduled thread.
+	if !e.First && e.IdleGap < propagation(e)/2 {
 		e.Multiplexed = true
 	}
 	c.LossRecovery = receive(e, &ch)

@@ -140,18 +140,37 @@ func TestOutOfOrderPointsClamp(t *testing.T) {
 	}
 }
 
-// A reply sooner than half the path's round trip after the message left
-// was sent before the message arrived: the connection carries overlapping
-// messages, and the cut measures no network.
+// A reply sooner than the path's round trip after the message left was
+// sent before the message arrived: the connection carries overlapping
+// messages, and the cut measures no network. Only an exact x1 tells.
 func TestMultiplexed(t *testing.T) {
 	req := &record.Exchange{
 		Role:     record.Requester,
 		Timeline: record.Timeline{W0: at(0), W1: at(0.01), X1: at(0.02), R0: at(1.02), R1: at(1.5), D1: at(1.6)},
-		MinRTT:   24 * time.Millisecond, PathRTT: 24 * time.Millisecond,
+		MinRTT:   24 * time.Millisecond, PathRTT: 24 * time.Millisecond, TxTimestamps: true,
 	}
 	Attribute(req)
 	if c := req.Components; !req.Multiplexed || c.Network != 0 || c.Peer != time.Millisecond || c.Sum() != req.Duration {
 		t.Errorf("requester: multiplexed %v, components %+v, duration %v", req.Multiplexed, c, req.Duration)
+	}
+	for _, c := range []struct {
+		name string
+		tl   record.Timeline
+		want bool
+	}{
+		// Sent inside the write (x1 is its return): bounded by its start.
+		{"sent in the write", record.Timeline{W0: at(0), W1: at(0.5), X1: at(0.5), R0: at(1.5), R1: at(1.6), D1: at(1.7)}, true},
+		// The write's return came late (a descheduled thread): from its
+		// start the reply took the path's round trip.
+		{"late write return", record.Timeline{W0: at(0), W1: at(3), X1: at(3), R0: at(24.1), R1: at(24.2), D1: at(24.3)}, false},
+		// x1 taken at the reply's own first segment (the fallback).
+		{"fallback x1", record.Timeline{W0: at(0), W1: at(0.01), X1: at(30), R0: at(30), R1: at(30.1), D1: at(30.2)}, false},
+	} {
+		e := &record.Exchange{Role: record.Requester, Timeline: c.tl, MinRTT: 24 * time.Millisecond, PathRTT: 24 * time.Millisecond}
+		Attribute(e)
+		if e.Multiplexed != c.want || e.Components.Sum() != e.Duration {
+			t.Errorf("%s: multiplexed %v, sum %v duration %v", c.name, e.Multiplexed, e.Components.Sum(), e.Duration)
+		}
 	}
 	lockstep := &record.Exchange{
 		Role:     record.Requester,
@@ -166,7 +185,7 @@ func TestMultiplexed(t *testing.T) {
 		idle  time.Duration
 		first bool
 		want  bool
-	}{{time.Millisecond, false, true}, {30 * time.Millisecond, false, false}, {time.Millisecond, true, false}} {
+	}{{time.Millisecond, false, true}, {20 * time.Millisecond, false, false}, {time.Millisecond, true, false}} {
 		resp := &record.Exchange{
 			Role:     record.Responder,
 			Timeline: record.Timeline{R0: at(0), R1: at(0.1), D1: at(0.2), W0: at(0.3), W1: at(0.4), X1: at(0.4)},
@@ -176,5 +195,25 @@ func TestMultiplexed(t *testing.T) {
 		if resp.Multiplexed != c.want {
 			t.Errorf("responder after %v idle (first %v): multiplexed %v", c.idle, c.first, resp.Multiplexed)
 		}
+	}
+}
+
+// A message alone: a push or a greeting the client closed on (requester
+// without a write), a push on the server (responder without a request).
+func TestOneMessage(t *testing.T) {
+	greeting := &record.Exchange{Role: record.Requester, Timeline: record.Timeline{Connect: at(0), R0: at(40), R1: at(40.1), D1: at(40.2)}}
+	Attribute(greeting)
+	if c := greeting.Components; greeting.Start != at(0) || c.Handshake != 40*time.Millisecond || c.Sum() != greeting.Duration || greeting.Duration != 40200*time.Microsecond {
+		t.Errorf("greeting: start %v, components %+v, duration %v", greeting.Start, c, greeting.Duration)
+	}
+	push := &record.Exchange{Role: record.Requester, Timeline: record.Timeline{R0: at(100), R1: at(100.5), D1: at(101)}}
+	Attribute(push)
+	if c := push.Components; push.Start != at(100) || c.Receive != 500*time.Microsecond || c.LocalRead != 500*time.Microsecond || c.Sum() != push.Duration {
+		t.Errorf("push in: start %v, components %+v, duration %v", push.Start, c, push.Duration)
+	}
+	out := &record.Exchange{Role: record.Responder, Timeline: record.Timeline{W0: at(100), W1: at(100.1), X1: at(100.3)}}
+	Attribute(out)
+	if c := out.Components; out.Start != at(100) || c.SendWait != 300*time.Microsecond || c.Sum() != out.Duration {
+		t.Errorf("push out: start %v, components %+v, duration %v", out.Start, c, out.Duration)
 	}
 }

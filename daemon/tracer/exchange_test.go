@@ -143,8 +143,16 @@ func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
 	before := runs()
 	local := pingPongCC(t, "bbr", n, 100, 100, 0)
 	col.find(t, local)
-	t.Logf("bbr: sockops runs per round trip: %.2f", float64(runs()-before)/n)
-	for _, e := range col.connExchanges(local) {
+	perRT := float64(runs()-before) / n
+	t.Logf("bbr: sockops runs per round trip: %.2f", perRT)
+	if perRT < 3.5 {
+		t.Errorf("bbr: sockops ran %.2f times per round trip: a paced socket did not get TX timestamping at establishment", perRT)
+	}
+	exs := col.connExchanges(local)
+	if len(exs) < 2*n {
+		t.Fatalf("bbr: %d exchanges for %d round trips at both ends", len(exs), n)
+	}
+	for _, e := range exs {
 		if e.TxTimestamps {
 			t.Fatalf("bbr: %s exchange of 100 bytes each way was TX timestamped", e.Role)
 		}
@@ -152,7 +160,7 @@ func TestRequestResponseSkipsTxTimestamping(t *testing.T) {
 	before = runs()
 	local = pingPongCC(t, "cubic", n, 100, 100, 0)
 	col.find(t, local)
-	perRT := float64(runs()-before) / n
+	perRT = float64(runs()-before) / n
 	t.Logf("cubic: sockops runs per round trip: %.2f", perRT)
 	if perRT > 3 {
 		t.Errorf("cubic: sockops ran %.2f times per round trip: the request/response sockets got TX timestamping", perRT)

@@ -140,7 +140,7 @@ func statementDurations(t *testing.T, log string) []time.Duration {
 		out = append(out, time.Duration(v*float64(time.Millisecond)))
 	}
 	if len(out) == 0 {
-		t.Fatalf("no statement durations in the server's log:\n%s", log)
+		t.Fatalf("no statement durations in the server's log:\n%s", tail(log))
 	}
 	return out
 }
