@@ -77,11 +77,13 @@ func overlapBound(prop time.Duration) time.Duration { return max(prop-hookSlack,
 // return, a few microseconds after the kernel stamps the segment.
 const hookSlack = 50 * time.Microsecond
 
-// sentBy is the latest time the outgoing message's last byte is known to
-// have left by: x1 from a TX timestamp; the write's start when x1 is the
-// write's return (the byte left inside the write); 0 when x1 came from a
-// later hook and bounds nothing from below.
-func sentBy(e *record.Exchange) record.Mono {
+// earliestDeparture is the earliest the outgoing message's last byte can
+// have left: x1 itself from a TX timestamp; the write's start when x1 is
+// the write's return (the byte left inside the write, and the return is
+// read after the socket is released, late when the thread is
+// descheduled); the write's return when x1 came from a later hook (the
+// fallback), since the write saw the byte unsent.
+func earliestDeparture(e *record.Exchange) record.Mono {
 	t := &e.Timeline
 	switch {
 	case e.TxTimestamps:
@@ -89,7 +91,33 @@ func sentBy(e *record.Exchange) record.Mono {
 	case t.X1 != 0 && t.X1 == t.W1:
 		return t.W0
 	}
-	return 0
+	return t.W1
+}
+
+// departure is x1 (the write's return when none was seen), except that an
+// x1 from a later hook (the fallback: the next incoming segment, which may
+// be the reply itself) moves back to the path's round trip before the
+// reply when the reply came sooner after it: a reply cannot, so the byte
+// had left by then.
+func departure(e *record.Exchange) record.Mono {
+	t := &e.Timeline
+	x1 := sent(*t)
+	if e.TxTimestamps || t.X1 == t.W1 || t.R0 == 0 {
+		return x1
+	}
+	if latest := t.R0 - record.Mono(NetworkRTT(e)); latest < x1 {
+		x1 = max(latest, t.W1)
+	}
+	return x1
+}
+
+// sent is x1, or the write's return when no departure was seen (no TX
+// timestamp and no ACK observed): the best bound.
+func sent(t record.Timeline) record.Mono {
+	if t.X1 == 0 {
+		return t.W1
+	}
+	return t.X1
 }
 
 func requester(e *record.Exchange) {
@@ -118,7 +146,7 @@ func requester(e *record.Exchange) {
 	e.Start = start
 	ch := chain{at: start}
 	c.Handshake = ch.to(t.W0)
-	x1 := send(e, &ch)
+	x1 := send(e, &ch, departure(e))
 
 	if t.R0 == 0 {
 		// One-way message: it ends when it is acknowledged.
@@ -135,12 +163,10 @@ func requester(e *record.Exchange) {
 	gap := ch.to(t.R0)
 	c.LossRecovery = min(e.Raw.LossOut, gap)
 	gap -= c.LossRecovery
-	// No answer comes sooner than the path's round trip: data that does
-	// was sent before this message arrived. Only an exact x1 tells: one
-	// read at the write's return (after the socket is released, so a
-	// descheduled thread makes it late) is bounded by the write's start,
-	// and one taken at a later hook (the fallback) says nothing.
-	if prop := propagation(e); overlap || sentBy(e) != 0 && t.R0.Sub(sentBy(e))-c.LossRecovery < overlapBound(prop) {
+	// No answer comes sooner than the path's round trip: data that does,
+	// even after the earliest the message can have left, was sent before
+	// the message arrived.
+	if prop := propagation(e); overlap || t.R0.Sub(earliestDeparture(e))-c.LossRecovery < overlapBound(prop) {
 		e.Multiplexed = true
 		c.Peer = gap
 	} else {
@@ -160,7 +186,7 @@ func responder(e *record.Exchange) {
 		// This end's message alone (a push): its write until it left.
 		e.Start = t.W0
 		ch := chain{at: t.W0}
-		send(e, &ch)
+		send(e, &ch, sent(t))
 		e.End = ch.at
 		return
 	}
@@ -180,21 +206,15 @@ func responder(e *record.Exchange) {
 		return
 	}
 	c.Think = ch.to(t.W0)
-	send(e, &ch)
+	send(e, &ch, sent(t))
 	// The exchange ends when the response has left: the path's round trip
 	// after that is the requester's to see (PathRTT still reports it).
 	e.End = ch.at
 }
 
 // send sets SendWait, the outgoing message's time from the write (where ch
-// stands) to its last byte first sent, and returns that instant.
-func send(e *record.Exchange, ch *chain) record.Mono {
-	x1 := e.Timeline.X1
-	if x1 == 0 {
-		// Not seen leaving (no TX timestamp and no ACK observed): the
-		// write's return is the best bound.
-		x1 = e.Timeline.W1
-	}
+// stands) to its last byte first sent, x1, and returns x1.
+func send(e *record.Exchange, ch *chain, x1 record.Mono) record.Mono {
 	e.Components.SendWait = ch.to(x1)
 	splitSendWait(e)
 	return x1

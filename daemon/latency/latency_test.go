@@ -171,6 +171,11 @@ func TestMultiplexed(t *testing.T) {
 		if e.Multiplexed != c.want || e.Components.Sum() != e.Duration {
 			t.Errorf("%s: multiplexed %v, sum %v duration %v", c.name, e.Multiplexed, e.Components.Sum(), e.Duration)
 		}
+		// A reply cannot come sooner than the path's round trip: a late
+		// x1 moves back to it, and the rest of the wait is the send's.
+		if c.name == "fallback x1" && (e.Components.Network != 24*time.Millisecond || e.Components.SendWait != 6*time.Millisecond) {
+			t.Errorf("fallback x1: %+v", e.Components)
+		}
 	}
 	lockstep := &record.Exchange{
 		Role:     record.Requester,
