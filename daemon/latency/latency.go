@@ -123,29 +123,24 @@ func sent(t record.Timeline) record.Mono {
 func requester(e *record.Exchange) {
 	t := e.Timeline
 	c := &e.Components
+	// The first point is this end's first write, or the peer's message
+	// when this end wrote nothing (a push, or a greeting the client closed
+	// on); from connect to it is set-up, when this end connected.
+	first := t.W0
+	if first == 0 {
+		first = t.R0
+	}
+	e.Start = first
+	if t.Connect != 0 && t.Connect < first {
+		e.Start = t.Connect
+	}
+	ch := chain{at: e.Start}
+	c.Handshake = ch.to(first)
 	if t.W0 == 0 {
-		// The peer's message alone (a push, or a greeting the client
-		// closed on): from connect, if this end connected, to the
-		// message's arrival is set-up, then the message's own arrival
-		// and reading.
-		start := t.R0
-		if t.Connect != 0 && t.Connect < t.R0 {
-			start = t.Connect
-		}
-		e.Start = start
-		ch := chain{at: start}
-		c.Handshake = ch.to(t.R0)
 		c.LossRecovery = receive(e, &ch)
 		e.End = ch.at
 		return
 	}
-	start := t.W0
-	if t.Connect != 0 && t.Connect < t.W0 {
-		start = t.Connect
-	}
-	e.Start = start
-	ch := chain{at: start}
-	c.Handshake = ch.to(t.W0)
 	x1 := send(e, &ch, departure(e))
 
 	if t.R0 == 0 {

@@ -25,42 +25,26 @@ func TestGreetingAndGoodbye(t *testing.T) {
 		rounds = 3
 	)
 	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
-	var ln net.Listener
-	if err := s.lab.B.Do(func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
 	var own []time.Duration // the server's think times, by its own clock
-	go func() {
-		served <- func() error {
-			c, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := c.Write([]byte("220 greetings\r\n")); err != nil {
-				return err
-			}
-			buf := make([]byte, 100)
-			for range rounds {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return err
-				}
-				read := time.Now()
-				time.Sleep(think)
-				own = append(own, time.Since(read))
-				if _, err := c.Write(make([]byte, 300)); err != nil {
-					return err
-				}
-			}
-			_, err = io.ReadFull(c, make([]byte, 6)) // the goodbye
+	served := s.serveOnce(func(c net.Conn) error {
+		if _, err := c.Write([]byte("220 greetings\r\n")); err != nil {
 			return err
-		}()
-	}()
-	t.Cleanup(func() { ln.Close() })
+		}
+		buf := make([]byte, 100)
+		for range rounds {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return err
+			}
+			read := time.Now()
+			time.Sleep(think)
+			own = append(own, time.Since(read))
+			if _, err := c.Write(make([]byte, 300)); err != nil {
+				return err
+			}
+		}
+		_, err := io.ReadFull(c, make([]byte, 6)) // the goodbye
+		return err
+	})
 
 	connectStart := time.Now()
 	conn := s.dial()
@@ -141,41 +125,25 @@ func TestPush(t *testing.T) {
 		quiet = 300 * time.Millisecond
 	)
 	s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
-	var ln net.Listener
-	if err := s.lab.B.Do(func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	served := make(chan error, 1)
-	go func() {
-		served <- func() error {
-			c, err := ln.Accept()
-			if err != nil {
+	served := s.serveOnce(func(c net.Conn) error {
+		for i := range 3 {
+			if _, err := io.ReadFull(c, make([]byte, 100)); err != nil {
 				return err
 			}
-			defer c.Close()
-			for i := range 3 {
-				if _, err := io.ReadFull(c, make([]byte, 100)); err != nil {
+			time.Sleep(think)
+			if _, err := c.Write(make([]byte, 300)); err != nil {
+				return err
+			}
+			if i == 1 {
+				time.Sleep(quiet)
+				if _, err := c.Write(make([]byte, 200)); err != nil {
 					return err
-				}
-				time.Sleep(think)
-				if _, err := c.Write(make([]byte, 300)); err != nil {
-					return err
-				}
-				if i == 1 {
-					time.Sleep(quiet)
-					if _, err := c.Write(make([]byte, 200)); err != nil {
-						return err
-					}
 				}
 			}
-			_, err = io.ReadFull(c, make([]byte, 1))
-			return err
-		}()
-	}()
+		}
+		_, err := io.ReadFull(c, make([]byte, 1))
+		return err
+	})
 	conn := s.dial()
 	for i := range 3 {
 		if _, err := conn.Write(make([]byte, 100)); err != nil {
@@ -218,4 +186,29 @@ func TestPush(t *testing.T) {
 			t.Errorf("%s: %d pushes and %d answered exchanges, want 1 and 3", name, pushes, answered)
 		}
 	}
+}
+
+// serveOnce accepts one connection on B's port and runs handle on it; the
+// channel gets handle's error.
+func (s *scenario) serveOnce(handle func(net.Conn) error) <-chan error {
+	s.t.Helper()
+	var ln net.Listener
+	if err := s.lab.B.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(s.lab.B.IPv4, port).String())
+		return err
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { ln.Close() })
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		served <- handle(c)
+	}()
+	return served
 }
