@@ -27,6 +27,23 @@ static __always_inline void mark_x1(struct lt_sock *st, struct tcp_sock *tp, __u
 		st->cur.cwnd_end = tp->snd_cwnd;
 }
 
+/* The out message starts at the socket's present end of written data: its
+ * sequence range and its place in the 64-bit count of bytes written. */
+static __always_inline void out_starts_here(struct lt_sock *st, struct tcp_sock *tp)
+{
+	st->out_seq_start = st->out_seq_end = tp->write_seq;
+	st->out_bytes0 = written64(tp);
+}
+
+/* The in message starts at the socket's present end of received data
+ * (rcv_nxt, not a segment's seq: a retransmission may overlap data
+ * already received). */
+static __always_inline void in_starts_here(struct lt_sock *st, struct tcp_sock *tp)
+{
+	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
+	st->in_bytes0 = tp->bytes_received;
+}
+
 /* A write added bytes to the out message after its last byte so far had
  * left: its last byte, and so x1 and a1, move on. ACKs processed in the
  * middle of a write (the socket's backlog, while it waits for memory) see
@@ -42,7 +59,7 @@ static __always_inline void reopen_x1(struct lt_sock *st, struct sock *sk, struc
 	st->cur.flags &= ~LT_EX_ACK_PURE;
 	st->cur.ack_rtt_us = 0;
 	st->wait_last_ns = now;
-	st->wait_cause = classify(sk, tp);
+	st->wait_cause = classify(sk, tp, now);
 }
 
 /* The out message is fully acknowledged at now. */
@@ -148,10 +165,8 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 		st->total_retrans0 = !st->emitted_any && !st->partial ? 0 : tp->total_retrans;
 		st->cur.cwnd_start = tp->snd_cwnd;
 		st->cur.rwnd_start = tp->snd_wnd;
-		st->out_seq_start = st->out_seq_end = tp->write_seq;
-		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
-		st->out_bytes0 = written64(tp);
-		st->in_bytes0 = tp->bytes_received;
+		out_starts_here(st, tp);
+		in_starts_here(st, tp);
 	}
 	st->wait_last_ns = 0;
 	st->hole_start_ns = 0;
@@ -201,8 +216,7 @@ static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *t
 		ex->r0 = ex->r1 = ex->d1 = 0;
 		ex->segs_in = 0;
 		ex->loss_in_ns = 0;
-		st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
-		st->in_bytes0 = tp->bytes_received;
+		in_starts_here(st, tp);
 		st->hole_start_ns = 0;
 	} else {
 		ex->w0 = ex->w1 = ex->x1 = ex->a1 = 0;
@@ -210,8 +224,7 @@ static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *t
 		ex->ack_rtt_us = 0;
 		ex->wait_cwnd_ns = ex->wait_rwnd_ns = ex->wait_sndbuf_ns = ex->wait_other_ns = ex->wait_pacing_ns = 0;
 		ex->loss_out_ns = 0;
-		st->out_seq_start = st->out_seq_end = tp->write_seq;
-		st->out_bytes0 = written64(tp);
+		out_starts_here(st, tp);
 		st->wait_last_ns = 0;
 	}
 }
@@ -246,8 +259,7 @@ static __always_inline void start_out(struct lt_sock *st, struct sock *sk, struc
 	st->phase = PHASE_OUT;
 	st->msg_tstamp = 0;
 	st->cur.w0 = now;
-	st->out_seq_start = st->out_seq_end = tp->write_seq;
-	st->out_bytes0 = written64(tp);
+	out_starts_here(st, tp);
 	st->data_segs_out0 = tp->data_segs_out;
 	/* cwnd before the kernel's restart after idle, which comes with the
 	 * first skb queued after this point. */
@@ -256,7 +268,7 @@ static __always_inline void start_out(struct lt_sock *st, struct sock *sk, struc
 	if (sk->__sk_common.skc_net.net->ipv4.sysctl_tcp_slow_start_after_idle)
 		st->cur.flags |= LT_EX_SSAI;
 	st->wait_last_ns = now;
-	st->wait_cause = classify(sk, tp);
+	st->wait_cause = classify(sk, tp, now);
 }
 
 /* The local app starts writing: a turn if the peer's message came before. */
@@ -271,10 +283,7 @@ static __always_inline void start_in(struct lt_sock *st, struct tcp_sock *tp, __
 {
 	st->phase = PHASE_IN;
 	st->cur.r0 = now;
-	/* rcv_nxt, not the segment's seq: a retransmission may overlap data
-	 * already received. */
-	st->in_seq_start = st->in_seq_end = tp->rcv_nxt;
-	st->in_bytes0 = tp->bytes_received;
+	in_starts_here(st, tp);
 }
 
 /* New data arrives: a turn if the local app had sent before. */
@@ -297,11 +306,9 @@ static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct
  * connection whose roles are known can tell the server's data. */
 static __always_inline bool server_pushes(const struct lt_sock *st, struct tcp_sock *tp, __u64 now)
 {
-	__u64 quiet = 2ULL * (tp->srtt_us >> 3) * 1000;
 	bool after_push = st->cur.flags & LT_EX_PUSH;
+	__u64 quiet;
 
-	if (quiet < PUSH_MIN_QUIET_NS)
-		quiet = PUSH_MIN_QUIET_NS;
 	if (st->role == LT_ROLE_CLIENT) {
 		if (st->phase != PHASE_IN || !(st->cur.w0 || after_push) || !st->cur.d1)
 			return false;
@@ -311,6 +318,9 @@ static __always_inline bool server_pushes(const struct lt_sock *st, struct tcp_s
 	} else {
 		return false;
 	}
+	quiet = 2ULL * (tp->srtt_us >> 3) * 1000;
+	if (quiet < PUSH_MIN_QUIET_NS)
+		quiet = PUSH_MIN_QUIET_NS;
 	/* On the server the answer may have left (x1) after its write's end,
 	 * held by pacing or the window. */
 	if (st->role == LT_ROLE_SERVER && st->cur.x1 > st->last_activity_ns)

@@ -45,10 +45,10 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 		/* A later skb of a long write, or a later write of the
 		 * message. A write pushes its data only at its end, so unsent
 		 * data is normal here; data the window will hold is not. */
-		if (st->tstamp == TSTAMP_NONE && held_back(st, tp))
+		if (st->tstamp == TSTAMP_NONE && held_back(st, tp, now))
 			st->want_tstamp = 1;
 		wait_account(st, now);
-		st->wait_cause = classify(sk, tp);
+		st->wait_cause = classify(sk, tp, now);
 	}
 }
 
@@ -90,7 +90,7 @@ static __always_inline void handle_send_done(struct sock *sk, int ret)
 	} else {
 		st->want_tstamp = 1;
 		wait_account(st, now);
-		st->wait_cause = classify(sk, tp);
+		st->wait_cause = classify(sk, tp, now);
 	}
 }
 
@@ -143,7 +143,7 @@ static __always_inline void handle_segment_in(struct sock *sk, struct sk_buff *s
 			mark_a1(st, now);
 		if (st->wait_last_ns) {
 			wait_account(st, now);
-			st->wait_cause = classify(sk, tp);
+			st->wait_cause = classify(sk, tp, now);
 		}
 	}
 

@@ -34,7 +34,7 @@ static __always_inline bool paced(struct sock *sk)
 /* What is holding back the unsent part of the out message right now. A
  * departure time ahead of now is pacing (tcp_wstamp_ns and
  * bpf_ktime_get_ns are both CLOCK_MONOTONIC). */
-static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
+static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
 	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
 		return WAIT_RWND;
@@ -42,7 +42,7 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
 		return WAIT_CWND;
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;
-	if (tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > bpf_ktime_get_ns())
+	if (tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > now)
 		return WAIT_PACING;
 	return WAIT_OTHER;
 }
@@ -57,7 +57,7 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp)
  * the window (cwnd, restarted after idle when slow start after idle is
  * on, and rwnd), pacing, Nagle and corking decide. A wrong "no" makes x1
  * late by up to an ACK (the fallback); a wrong "yes" only costs callbacks. */
-static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock *tp)
+static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock *tp, __u64 now)
 {
 	__u32 unsent = tp->write_seq - tp->snd_nxt;
 	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
@@ -76,7 +76,7 @@ static __always_inline bool held_back(const struct lt_sock *st, struct tcp_sock 
 	/* A paced socket sends one skb per departure time: everything waits
 	 * while an earlier skb's time is ahead, and data past the first skb
 	 * waits for the pacing timer. */
-	if (paced((struct sock *)tp) && (unsent > mss || tp->tcp_wstamp_ns > bpf_ktime_get_ns()))
+	if (paced((struct sock *)tp) && (unsent > mss || tp->tcp_wstamp_ns > now))
 		return true;
 	if (nonagle & TCP_NAGLE_CORK)
 		return true;

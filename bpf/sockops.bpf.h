@@ -174,6 +174,7 @@ static __always_inline void sockops_tstamp_sendmsg(struct bpf_sock_ops *skops, s
 	struct bpf_sock_ops_kern *kctx;
 	struct tcp_sock *tp;
 	struct lt_sock *st;
+	__u64 now;
 
 	if (!bpf_cast_to_kern_ctx)
 		return;
@@ -182,14 +183,15 @@ static __always_inline void sockops_tstamp_sendmsg(struct bpf_sock_ops *skops, s
 	tp = bpf_skc_to_tcp_sock(bsk);
 	if (!st || st->phase != PHASE_OUT || !tp)
 		return;
+	now = bpf_ktime_get_ns();
 	if (after(tp->write_seq, st->out_seq_end))
-		reopen_x1(st, (struct sock *)tp, tp, bpf_ktime_get_ns());
+		reopen_x1(st, (struct sock *)tp, tp, now);
 	st->out_seq_end = tp->write_seq;
 	/* Timestamp the write's last byte only when it will wait in the
 	 * send queue; otherwise it leaves in this very call and
 	 * handle_send_done sees x1. Each timestamped write costs three
 	 * more callbacks. */
-	st->msg_tstamp = held_back(st, tp);
+	st->msg_tstamp = held_back(st, tp, now);
 	if (st->msg_tstamp && bpf_sock_ops_enable_tx_tstamp)
 		bpf_sock_ops_enable_tx_tstamp(kctx, 0);
 }

@@ -176,7 +176,7 @@ func (e explanation) write(w io.Writer) {
 	if e.inFlight != "" {
 		fmt.Fprintln(w, e.inFlight)
 	}
-	timed := m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes
+	timed := m.Timed()
 	if timed == 0 {
 		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started, %d unanswered at close, %d cut from overlapping messages, %d pushed): nothing to explain yet.\n", m.Exchanges, m.Partial, m.Unanswered, m.Multiplexed, m.Pushes)
 		return

@@ -384,6 +384,13 @@ type Metrics struct {
 	CongestionControl string `json:"congestion_control,omitempty"`
 }
 
+// Timed is how many of the exchanges are latency samples (not partial,
+// unanswered, multiplexed or pushed): the distributions and means are
+// theirs.
+func (m *Metrics) Timed() uint64 {
+	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes
+}
+
 // ComponentSummaries has one distribution per latency component of
 // docs/latency-model.md.
 type ComponentSummaries struct {

@@ -77,7 +77,7 @@ const (
 // Of returns the diagnoses of m, the largest share first. It needs at
 // least one exchange with timing.
 func Of(m *aggregate.Metrics) []record.Diagnosis {
-	if m.Exchanges-m.Partial-m.Unanswered-m.Multiplexed-m.Pushes == 0 || m.Duration.Mean <= 0 {
+	if m.Timed() == 0 || m.Duration.Mean <= 0 {
 		return nil
 	}
 	f := newFacts(m)

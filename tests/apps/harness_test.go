@@ -192,66 +192,16 @@ func (a *app) capture(port uint16) *capture.Capture {
 	return capture.StartT(a.t, a.lab.B, a.lab.B.Ifname, fmt.Sprintf("tcp port %d", port))
 }
 
-// wireKey names a request on the wire: its client's port and where it
-// starts, relative to the client's initial sequence number (as tshark
-// numbers it and as lattrace's InSeq - ISNRemote does).
-type wireKey struct {
-	clientPort uint16
-	seq        uint32
-}
-
-// departures reads a capture of the server's side: for each request, the
-// time from its last data segment to the last data segment of the answer
-// that followed, first transmissions only. A request without an answer is
-// left out.
-func departures(t *testing.T, c *capture.Capture, port uint16) map[wireKey]time.Duration {
+// departures reads a capture of the server's side (capture.Departures).
+func departures(t *testing.T, c *capture.Capture, port uint16) map[capture.Request]time.Duration {
 	t.Helper()
 	pcap, err := c.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames, err := capture.Frames(pcap, "tcp.len > 0")
+	out, err := capture.Departures(pcap, port)
 	if err != nil {
 		t.Fatal(err)
-	}
-	type conn struct {
-		reqStart      uint32
-		reqLast, resp time.Time
-		inResp, inReq bool
-	}
-	conns := map[uint16]*conn{}
-	out := map[wireKey]time.Duration{}
-	done := func(p uint16, c *conn) {
-		if c.inResp {
-			out[wireKey{p, c.reqStart}] = c.resp.Sub(c.reqLast)
-		}
-	}
-	for _, f := range frames {
-		if f.Retransmitted() {
-			continue
-		}
-		fromClient := f.Dst.Port() == port
-		p := f.Src.Port()
-		if !fromClient {
-			p = f.Dst.Port()
-		}
-		c := conns[p]
-		if c == nil {
-			c = &conn{}
-			conns[p] = c
-		}
-		switch {
-		case fromClient && !c.inReq:
-			done(p, c)
-			c.reqStart, c.reqLast, c.inReq, c.inResp = f.Seq, f.Time, true, false
-		case fromClient:
-			c.reqLast = f.Time
-		case c.inReq || c.inResp:
-			c.resp, c.inReq, c.inResp = f.Time, false, true
-		}
-	}
-	for p, c := range conns {
-		done(p, c)
 	}
 	return out
 }
@@ -285,7 +235,7 @@ type truth struct {
 	corrected func([]time.Duration) []time.Duration
 	// departures are the server's answers as its side of the link saw
 	// them (departures of a capture), for lockstep protocols.
-	departures map[wireKey]time.Duration
+	departures map[capture.Request]time.Duration
 	// setup: each connection's first exchange is the protocol's set-up
 	// (a login), which the client does not count as a request.
 	setup bool
@@ -382,7 +332,7 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		// a server and a client) delay a thread now and then by a few
 		// ms between the kernel's hook and the capture: one answer in
 		// twenty may miss, as in tests/scenarios' wire comparisons.
-		if wire, ok := tr.departures[wireKey{e.Flow.Remote.Port(), e.InSeq - e.ISNRemote}]; ok && e.Timeline.X1 != 0 && e.Timeline.R1 != 0 {
+		if wire, ok := tr.departures[capture.Request{ClientPort: e.Flow.Remote.Port(), Seq: e.InSeq - e.ISNRemote}]; ok && e.Timeline.X1 != 0 && e.Timeline.R1 != 0 {
 			matched++
 			got := e.Timeline.X1.Sub(e.Timeline.R1)
 			xerr = append(xerr, got-wire)
@@ -473,7 +423,7 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 				// An answer the server really held back (the send
 				// buffer or the window of a young connection): the
 				// capture shows it leaving that late.
-				if held, ok := tr.departures[wireKey{e.Flow.Remote.Port(), e.InSeq - e.ISNRemote}]; ok && end.name == "server" &&
+				if held, ok := tr.departures[capture.Request{ClientPort: e.Flow.Remote.Port(), Seq: e.InSeq - e.ISNRemote}]; ok && end.name == "server" &&
 					e.Components.SendWait >= 5*time.Millisecond && held >= e.Components.SendWait/2 &&
 					slices.Contains([]record.DiagnosisName{diagnose.CwndLimited, diagnose.SndbufLimited, diagnose.RwndLimited}, d.Name) {
 					t.Logf("%s on an answer held %v, which left %v after its request on the wire", d.Name, e.Components.SendWait, held)

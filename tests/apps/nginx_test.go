@@ -1,21 +1,17 @@
 package apps
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lattrace/lattrace/tests/workload"
 )
 
 // nginx serving static files to wrk over one keep-alive connection,
@@ -87,30 +83,20 @@ http {
 	return port
 }
 
-// selfSigned writes a certificate for B's address and its key.
+// selfSigned writes a certificate for B's address (the workload's
+// self-signed one) and its key.
 func (a *app) selfSigned() (certFile, keyFile string) {
 	a.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ss, err := workload.NewSelfSigned(a.server().String())
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	tmpl := x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "lattrace apps"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.IP(a.server().AsSlice())},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, &tmpl, &key.PublicKey, key)
+	key, err := x509.MarshalPKCS8PrivateKey(ss.Cert.PrivateKey)
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return a.file("cert.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))),
-		a.file("key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})))
+	return a.file("cert.pem", string(ss.CertPEM)),
+		a.file("key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})))
 }
 
 // wrkLatencies makes wrk print every latency it recorded (in us, with

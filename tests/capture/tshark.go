@@ -388,3 +388,64 @@ func Median[T ~int | ~int64 | ~float64](v []T) T {
 	}
 	return s[n/2-1] + (s[n/2]-s[n/2-1])/2
 }
+
+// Request names a request on the wire: its client's port and where it
+// starts, relative to the client's initial sequence number (as tshark
+// numbers it; a tracer's InSeq - ISNRemote on the server's end).
+type Request struct {
+	ClientPort uint16
+	Seq        uint32
+}
+
+// Departures reads a capture of a server's side of the link (server port
+// port): for each request, the time from its last data segment to the last
+// data segment of the answer that followed, first transmissions only, so
+// when the answer's last byte left. A request without an answer is left
+// out. It suits lockstep protocols: an answer is what the server sent
+// before the client's next data.
+func Departures(pcap string, port uint16) (map[Request]time.Duration, error) {
+	frames, err := Frames(pcap, "tcp.len > 0")
+	if err != nil {
+		return nil, err
+	}
+	type conn struct {
+		reqStart      uint32
+		reqLast, resp time.Time
+		inResp, inReq bool
+	}
+	conns := map[uint16]*conn{}
+	out := map[Request]time.Duration{}
+	done := func(p uint16, c *conn) {
+		if c.inResp {
+			out[Request{p, c.reqStart}] = c.resp.Sub(c.reqLast)
+		}
+	}
+	for _, f := range frames {
+		if f.Retransmitted() {
+			continue
+		}
+		fromClient := f.Dst.Port() == port
+		p := f.Src.Port()
+		if !fromClient {
+			p = f.Dst.Port()
+		}
+		c := conns[p]
+		if c == nil {
+			c = &conn{}
+			conns[p] = c
+		}
+		switch {
+		case fromClient && !c.inReq:
+			done(p, c)
+			c.reqStart, c.reqLast, c.inReq, c.inResp = f.Seq, f.Time, true, false
+		case fromClient:
+			c.reqLast = f.Time
+		case c.inReq || c.inResp:
+			c.resp, c.inReq, c.inResp = f.Time, false, true
+		}
+	}
+	for p, c := range conns {
+		done(p, c)
+	}
+	return out, nil
+}

@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -47,20 +46,28 @@ func TestPacedSender(t *testing.T) {
 			s.settle(recs)
 			w.stop()
 
-			truth := w.departures()
+			truth, err := capture.Departures(w.pb, port)
+			if err != nil {
+				t.Fatal(err)
+			}
 			resp := s.responders()
 			if len(resp) != len(recs) || len(truth) != len(recs) {
 				t.Fatalf("%d responder exchanges and %d on the wire for %d requests", len(resp), len(truth), len(recs))
 			}
 			var errs, held, pacing []time.Duration
 			for i, e := range resp {
+				wire, ok := truth[capture.Request{ClientPort: e.Flow.Remote.Port(), Seq: e.InSeq - e.ISNRemote}]
+				if !ok {
+					t.Errorf("exchange %d: its request is not on the wire", i)
+					continue
+				}
 				got := time.Duration(e.Timeline.X1 - e.Timeline.R1)
-				errs = append(errs, got-truth[i])
-				held = append(held, truth[i])
+				errs = append(errs, got-wire)
+				held = append(held, wire)
 				pacing = append(pacing, e.Components.SendWaitPacing)
-				if d := (got - truth[i]).Abs(); d > time.Millisecond {
+				if d := (got - wire).Abs(); d > time.Millisecond {
 					t.Errorf("exchange %d: x1 is %v after the request's last byte, the capture says %v (tx timestamps %v)",
-						i, got, truth[i], e.TxTimestamps)
+						i, got, wire, e.TxTimestamps)
 				}
 				if e.Components.Sum() != e.Duration {
 					t.Errorf("exchange %d: sum %v duration %v", i, e.Components.Sum(), e.Duration)
@@ -78,34 +85,4 @@ func TestPacedSender(t *testing.T) {
 			}
 		})
 	}
-}
-
-// departures is, per exchange on the lab's one connection, the time from
-// the request's last data segment to the response's last one, on the
-// server's interface (the capture of B).
-func (w *wire) departures() []time.Duration {
-	w.t.Helper()
-	frames, err := capture.Frames(w.pb, fmt.Sprintf("tcp.port == %d && tcp.len > 0", port))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	var out []time.Duration
-	var reqLast, respLast time.Time
-	inResp := false
-	for _, f := range frames {
-		fromServer := f.Src.Port() == port
-		switch {
-		case !fromServer && inResp:
-			out = append(out, respLast.Sub(reqLast))
-			reqLast, inResp = f.Time, false
-		case !fromServer:
-			reqLast = f.Time
-		default:
-			respLast, inResp = f.Time, true
-		}
-	}
-	if inResp {
-		out = append(out, respLast.Sub(reqLast))
-	}
-	return out
 }
