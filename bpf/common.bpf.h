@@ -36,6 +36,7 @@ const volatile struct lt_config cfg = {
 	.use_tx_tstamp = 1,
 	.filter_cgroup = 0,
 	.path_window_ns = 2000000000ULL,
+	.idle_write_ns = 500000000ULL,
 };
 
 #endif /* LATTRACE_COMMON_BPF_H */

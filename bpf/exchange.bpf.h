@@ -74,26 +74,20 @@ static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
 	}
 }
 
-/* Completes the exchange with the socket's counters and the path's RTTs
- * and copies it to the ring buffer. */
-static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+/* Completes ex, the socket's exchange or a copy of it, with the socket's
+ * counters and the path's RTTs. It changes nothing else of the socket's:
+ * a copy the sweep makes may be dropped (write_idle). */
+static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock *tp, struct lt_exchange *ex, __u64 now)
 {
-	struct lt_exchange *ex = &st->cur;
 	struct path_rtt *pw;
 	__u32 rtt;
 
-	if (!ex->role)
-		return;
-	count(LT_CNT_EXCHANGES);
-	if (st->wait_last_ns)
-		wait_account(st, now);
 	fill_header(&ex->hdr, LT_RECORD_EXCHANGE, now);
 	ex->flow = st->flow;
 	ex->owner = st->owner;
 	ex->conn_role = st->role;
 	ex->turns = st->turns;
 	ex->turns_exchange = st->turns - st->turns_emitted;
-	st->turns_emitted = st->turns;
 	ex->bytes_out = st->out_seq_end - st->out_seq_start;
 	ex->bytes_in = st->in_seq_end - st->in_seq_start;
 	if (tp) {
@@ -136,17 +130,56 @@ static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *t
 		ex->flags |= LT_EX_TX_TSTAMP;
 	if (st->partial && !st->emitted_any)
 		ex->flags |= LT_EX_PARTIAL;
+}
+
+/* Takes exchange gen for writing, seen being the last exchange written
+ * as the caller read it; false when gen is written already or another
+ * writer came in between. The sweep over idle sockets may run beside a
+ * hook of the same socket (the socket storage iterator does not lock
+ * sockets): whoever swaps gen in first writes it. */
+static __always_inline bool claim_exchange(struct lt_sock *st, __u32 gen, __u32 seen)
+{
+	return seen != gen && __sync_val_compare_and_swap(&st->written_gen, seen, gen) == seen;
+}
+
+/* What writing an exchange leaves on its socket. */
+static __always_inline void exchange_written(struct lt_sock *st)
+{
+	st->turns_emitted = st->turns;
+	st->emitted_any = 1;
+}
+
+/* Completes the exchange and copies it to the ring buffer, unless it was
+ * written already (the sweep writes an idle one before its next turn). */
+static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	struct lt_exchange *ex = &st->cur;
+
+	if (!ex->role || !claim_exchange(st, st->gen, st->written_gen))
+		return;
+	count(LT_CNT_EXCHANGES);
+	if (st->wait_last_ns)
+		wait_account(st, now);
+	finish_exchange(st, tp, ex, now);
 	if (output(ex, sizeof(*ex)))
 		count(LT_CNT_RINGBUF_FULL);
 	else
 		count(LT_CNT_RECORDS);
-	st->emitted_any = 1;
+	exchange_written(st);
+}
+
+/* Has the exchange in progress been written (by the sweep)? What comes
+ * after it on the connection starts a record of its own. */
+static __always_inline bool exchange_was_written(const struct lt_sock *st)
+{
+	return st->cur.role && st->written_gen == st->gen;
 }
 
 /* Starts a new exchange of the given role (enum lt_exchange_role). */
 static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, __u32 role, __u64 now)
 {
 	__builtin_memset(&st->cur, 0, sizeof(st->cur));
+	st->gen++;
 	st->cur.role = role;
 	st->cur.cookie = sock_cookie(st, sk);
 	if (!st->emitted_any) {
@@ -298,17 +331,41 @@ static __always_inline void begin_in(struct lt_sock *st, struct sock *sk, struct
  * short path. */
 #define PUSH_MIN_QUIET_NS (10ULL * 1000 * 1000)
 
+/* The silence after which the server's data is unprompted. After a push,
+ * two smoothed round trips (10 ms at least): longer than a pause inside
+ * a message, as a sender held by its window goes on within about a round
+ * trip, when the ACKs come. After an answer, also longer than the wait
+ * for the answer's lost last segment, which nothing out of order tells
+ * the client about: it comes back after its sender's retransmission
+ * timeout, which the local RTO estimate (srtt + rttvar, at least 200 ms
+ * as TCP bounds it) doubled covers, once backed off. */
+static __always_inline __u64 push_quiet(const struct lt_sock *st, struct tcp_sock *tp)
+{
+	__u64 srtt = (tp->srtt_us >> 3) * 1000ULL;
+	__u64 quiet = 2 * srtt;
+	__u64 rto;
+
+	if (quiet < PUSH_MIN_QUIET_NS)
+		quiet = PUSH_MIN_QUIET_NS;
+	if (st->cur.flags & LT_EX_PUSH)
+		return quiet;
+	rto = 2 * (srtt + tp->rttvar_us * 1000ULL);
+	return rto > quiet ? rto : quiet;
+}
+
 /* Is the server's data, now, unprompted? It comes after the exchange was
  * complete (on the client the app read the whole answer; on the server
- * the answer had left) and after a silence of two smoothed round trips,
- * longer than a pause inside one message: a sender held by its window
- * goes on within about a round trip, when the ACKs come. Only a
+ * the answer had left) and after a silence (push_quiet). Only a
  * connection whose roles are known can tell the server's data. */
 static __always_inline bool server_pushes(const struct lt_sock *st, struct tcp_sock *tp, __u64 now)
 {
 	bool after_push = st->cur.flags & LT_EX_PUSH;
 	__u64 quiet;
 
+	/* The sweep found the exchange complete and quiet for longer than
+	 * the silence below. */
+	if (exchange_was_written(st))
+		return true;
 	if (st->role == LT_ROLE_CLIENT) {
 		if (st->phase != PHASE_IN || !(st->cur.w0 || after_push) || !st->cur.d1)
 			return false;
@@ -318,9 +375,7 @@ static __always_inline bool server_pushes(const struct lt_sock *st, struct tcp_s
 	} else {
 		return false;
 	}
-	quiet = 2ULL * (tp->srtt_us >> 3) * 1000;
-	if (quiet < PUSH_MIN_QUIET_NS)
-		quiet = PUSH_MIN_QUIET_NS;
+	quiet = push_quiet(st, tp);
 	/* On the server the answer may have left (x1) after its write's end,
 	 * held by pacing or the window. */
 	if (st->role == LT_ROLE_SERVER && st->cur.x1 > st->last_activity_ns)
@@ -337,6 +392,64 @@ static __always_inline void begin_push(struct lt_sock *st, struct sock *sk, stru
 	emit_exchange(st, tp, now);
 	reset_exchange(st, sk, tp, role, now);
 	st->cur.flags |= LT_EX_PUSH;
+}
+
+/* Is the exchange in progress complete, and has its connection been
+ * quiet since for at least quiet? Complete: on the requester the app has
+ * read the whole reply, on the responder the answer has left, and all
+ * the local end wrote is acknowledged. */
+static __always_inline bool complete_and_quiet(const struct lt_sock *st, struct tcp_sock *tp, __u64 now, __u64 quiet)
+{
+	const struct lt_exchange *ex = &st->cur;
+	bool push = ex->flags & LT_EX_PUSH;
+	__u64 last;
+
+	if (!ex->role || st->wait_last_ns)
+		return false;
+	if (ex->role == LT_REQUESTER) {
+		if (st->phase != PHASE_IN || !(ex->w0 || push) || !ex->d1 || tp->copied_seq != tp->rcv_nxt)
+			return false;
+	} else if (st->phase != PHASE_OUT || !(ex->r0 || push) || !ex->x1) {
+		return false;
+	}
+	if (tp->snd_una != tp->write_seq)
+		return false;
+	last = st->last_activity_ns;
+	if (ex->x1 > last)
+		last = ex->x1;
+	if (ex->a1 > last)
+		last = ex->a1;
+	return now >= last + quiet;
+}
+
+/* Writes the complete, quiet exchange now, as its next turn would, and
+ * leaves it in place: what follows on the connection starts a record of
+ * its own (server_pushes, turn). A copy is finished, then claimed: a
+ * hook that takes the exchange meanwhile (its next turn, on another CPU)
+ * has either found it written or written it itself, and then the copy
+ * is dropped. */
+static __always_inline void write_idle(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
+{
+	__u32 gen = st->gen, seen = st->written_gen;
+	struct lt_exchange *ex;
+
+	if (seen == gen)
+		return;
+	ex = bpf_ringbuf_reserve(&events, sizeof(*ex), 0);
+	if (!ex) {
+		count(LT_CNT_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memcpy(ex, &st->cur, sizeof(*ex));
+	finish_exchange(st, tp, ex, now);
+	if (!claim_exchange(st, gen, seen)) {
+		bpf_ringbuf_discard(ex, 0);
+		return;
+	}
+	count(LT_CNT_EXCHANGES);
+	count(LT_CNT_IDLE_WRITTEN);
+	submit(ex, sizeof(*ex));
+	exchange_written(st);
 }
 
 #endif /* LATTRACE_EXCHANGE_BPF_H */

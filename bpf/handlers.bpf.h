@@ -321,6 +321,40 @@ static __always_inline void handle_state_change(struct sock *sk, int oldstate, i
 		handle_close(sk);
 }
 
+/* The sweep at one followed socket (an iterator the daemon runs every
+ * cfg.idle_write_ns): an exchange that is complete, its connection quiet
+ * for longer than a pause inside a message, is written now, not at its
+ * next turn, which on an idle pooled connection may be hours away. With
+ * stopping (the daemon stops, its hooks detached) every exchange in
+ * progress is written: complete, or else flagged unfinished. */
+static __always_inline void handle_sweep(struct sock *sk, struct lt_sock *st, bool stopping)
+{
+	struct tcp_sock *tp;
+	__u64 now, quiet;
+
+	if (st->phase == PHASE_NONE || exchange_was_written(st))
+		return;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	now = bpf_ktime_get_ns();
+	if (stopping) {
+		if (!complete_and_quiet(st, tp, now, 0)) {
+			st->cur.flags |= LT_EX_UNFINISHED;
+			count(LT_CNT_UNFINISHED);
+		}
+		emit_exchange(st, tp, now);
+		return;
+	}
+	if (!cfg.idle_write_ns)
+		return;
+	quiet = push_quiet(st, tp);
+	if (quiet < cfg.idle_write_ns)
+		quiet = cfg.idle_write_ns;
+	if (complete_and_quiet(st, tp, now, quiet))
+		write_idle(st, tp, now);
+}
+
 /* One lt_inflight for a followed socket, for the live view's iterators.
  * It reads only socket metadata, like the rest. */
 static __always_inline void handle_inflight(struct seq_file *seq, struct sock *sk, struct lt_sock *st)

@@ -147,3 +147,42 @@ int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
 		handle_inflight(ctx->meta->seq, (struct sock *)tp, st);
 	return 0;
 }
+
+/* Set by the daemon before its last sweep, at its stop (handle_sweep). */
+volatile __u32 sweep_stopping;
+
+/* The sweep over every followed socket of the node. */
+SEC("iter/bpf_sk_storage_map")
+int lattrace_sweep(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+	struct lt_sock *st;
+
+	if (!sk)
+		return 0;
+	st = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (st)
+		handle_sweep(sk, st, sweep_stopping);
+	return 0;
+}
+
+/* The sweep where the kernel refuses iterators over map elements: the TCP
+ * sockets of the reader's network namespace, each locked while its
+ * program runs (the daemon opens it in each namespace in turn). */
+SEC("iter/tcp")
+int lattrace_sweep_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	st = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (st)
+		handle_sweep((struct sock *)tp, st, sweep_stopping);
+	return 0;
+}

@@ -23,6 +23,9 @@ struct lt_config {
 	__u8 filter_cgroup;   /* trace only sockets of tasks in the cgroup_filter subtree (--cgroup) */
 	__u8 _pad[6];
 	__u64 path_window_ns; /* window of a path's recent clean RTT (a windowed minimum) */
+	/* A complete exchange whose connection has been quiet this long is
+	 * written by the sweep, not at its next turn; 0: only at the turn. */
+	__u64 idle_write_ns;
 };
 
 /* Kinds of record on the events ring buffer; every record starts with struct lt_header. */
@@ -43,6 +46,8 @@ enum lt_counter {
 	LT_CNT_EXCHANGES,          /* exchanges closed (submitted or dropped) */
 	LT_CNT_TSTAMP_OFF,         /* sockets refused BPF TX timestamping, or on a kernel without it (reconstructed x1/a1) */
 	LT_CNT_PATH_FULL,          /* a path's RTT history was dropped for another's (its slot was used within a minute) */
+	LT_CNT_IDLE_WRITTEN,       /* exchanges the sweep wrote: complete, their connection quiet */
+	LT_CNT_UNFINISHED,         /* exchanges written unfinished: the daemon stopped while they were in progress */
 	LT_CNT_MAX,
 };
 
@@ -70,6 +75,7 @@ enum lt_exchange_flag {
 	LT_EX_GREETING = 1 << 6,      /* the server spoke first on the connection (a greeting): not part of this exchange */
 	LT_EX_UNANSWERED = 1 << 7,    /* the connection closed before the message of this exchange got its reply */
 	LT_EX_PUSH = 1 << 8,          /* the server's message, unprompted, after a complete exchange: it has no request */
+	LT_EX_UNFINISHED = 1 << 9,    /* still in progress when the daemon stopped: cut there, not a latency sample */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes

@@ -47,6 +47,10 @@ struct lt_sock {
 	__u32 turns;
 	__u32 turns_emitted; /* turns at the previous exchange's emit */
 	__u32 role;
+	/* Exchanges begun on the socket (reset_exchange), naming cur, and
+	 * the last of them written: the sweep and the hooks each claim an
+	 * exchange before writing it, so it is written once (emit_exchange). */
+	__u32 gen, written_gen;
 	__u8 phase;
 	__u8 wait_cause;       /* enum wait_cause (send_wait.bpf.h) */
 	__u8 last_in_len_zero; /* the last incoming segment was a pure ACK */

@@ -73,6 +73,8 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.Output, "output", "jsonl", "where records go: jsonl or none")
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
+	f.DurationVar(&cfg.Tracer.IdleWrite, "idle-write", tracer.DefaultIdleWrite, "write a complete exchange once its connection has been quiet this long, not at its next turn (100ms..1m; negative: at the next turn or close only)")
+	f.StringSliceVar(&cfg.Tracer.NetnsDirs, "netns-dir", []string{"/run/netns"}, "directories of bound network namespaces the idle sweep visits, with those in /proc, where the kernel refuses iterators over socket storage")
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
 	// One CPU by default: the daemon's work is one loop draining the ring,
 	// and a second CPU for the runtime mostly adds wake-ups of idle

@@ -146,5 +146,6 @@ func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a 
 	d.log.Log(context.Background(), level, msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
 		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
 		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff, "released_unsynced", c.ReleasedUnsynced,
+		"exchanges_idle_written", c.IdleWritten, "exchanges_unfinished", c.Unfinished, "netns_unswept", c.NetnsUnswept,
 		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
 }

@@ -181,6 +181,11 @@ type Exchange struct {
 	// push, PostgreSQL NOTIFY, pub/sub, a PING. The record holds that
 	// message alone: no latency sample (Metrics.Pushes).
 	Push bool `json:"push,omitempty"`
+	// Unfinished: the exchange was still in progress when the daemon
+	// stopped (without pinning, which would have kept it for the next
+	// daemon), and is written as it stood: no latency sample
+	// (Metrics.Unfinished).
+	Unfinished bool `json:"unfinished,omitempty"`
 
 	// Peer names the remote end in a cluster: the pod or Service behind
 	// the remote address (filled in by the daemon).
@@ -193,9 +198,10 @@ type Exchange struct {
 
 // Timed reports whether the exchange is a latency sample: a request and
 // its answer, not a message without a reply (Unanswered), a cut between
-// overlapping messages (Multiplexed) or an unprompted message (Push).
-// A Partial exchange is one, truncated.
-func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.Push }
+// overlapping messages (Multiplexed), an unprompted message (Push) or one
+// cut by the daemon's stop (Unfinished). A Partial exchange is one,
+// truncated.
+func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.Push && !e.Unfinished }
 
 // ConnOpen is emitted when a connection is established.
 type ConnOpen struct {

@@ -70,8 +70,8 @@ type metrics struct {
 }
 
 type scalars struct {
-	exchanges, requester, responder, partial, unanswered, multiplexed, pushes uint64
-	firstSeen, lastSeen                                                       record.Mono
+	exchanges, requester, responder, partial, unanswered, multiplexed, pushes, unfinished uint64
+	firstSeen, lastSeen                                                                   record.Mono
 	// active is the sum of the durations of the complete exchanges in
 	// ns, the denominator of goodput; activeBytes* the numerators.
 	active                        float64
@@ -207,6 +207,9 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 		sc.multiplexed++
 	} else if ex.Push {
 		sc.pushes++
+	} else if ex.Unfinished {
+		// Cut where it stood when the daemon stopped.
+		sc.unfinished++
 	} else {
 		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
@@ -353,9 +356,12 @@ type Metrics struct {
 	Multiplexed uint64 `json:"multiplexed"`
 	// Pushes counts the server's unprompted messages
 	// (record.Exchange.Push), outside them too.
-	Pushes    uint64      `json:"pushes"`
-	FirstSeen record.Mono `json:"first_seen_mono_ns"`
-	LastSeen  record.Mono `json:"last_seen_mono_ns"`
+	Pushes uint64 `json:"pushes"`
+	// Unfinished counts exchanges still in progress when a daemon
+	// stopped (record.Exchange.Unfinished), outside them too.
+	Unfinished uint64      `json:"unfinished"`
+	FirstSeen  record.Mono `json:"first_seen_mono_ns"`
+	LastSeen   record.Mono `json:"last_seen_mono_ns"`
 	// Active is the summed duration of the (non-partial) exchanges: the
 	// time the application was waiting on this key, idle gaps excluded.
 	// For a peer pair, exchanges of concurrent connections each count.
@@ -385,10 +391,10 @@ type Metrics struct {
 }
 
 // Timed is how many of the exchanges are latency samples (not partial,
-// unanswered, multiplexed or pushed): the distributions and means are
-// theirs.
+// unanswered, multiplexed, pushed or unfinished): the distributions and
+// means are theirs.
 func (m *Metrics) Timed() uint64 {
-	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes
+	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes - m.Unfinished
 }
 
 // ComponentSummaries has one distribution per latency component of
@@ -484,7 +490,7 @@ func goodput(bytes uint64, active float64) float64 {
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	m.fold(c)
 	sc := &m.sc
-	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed - sc.pushes // the exchanges with timing
+	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed - sc.pushes - sc.unfinished // the exchanges with timing
 	cs := &sc.compSum
 	out := Metrics{
 		Exchanges:   sc.exchanges,
@@ -494,6 +500,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		Unanswered:  sc.unanswered,
 		Multiplexed: sc.multiplexed,
 		Pushes:      sc.pushes,
+		Unfinished:  sc.unfinished,
 		FirstSeen:   sc.firstSeen,
 		LastSeen:    sc.lastSeen,
 		Active:      time.Duration(math.Round(sc.active)),

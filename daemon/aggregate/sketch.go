@@ -17,7 +17,8 @@ type Summary struct {
 	// that did not happen in an exchange (no handshake on a reused
 	// connection) is a zero, so quantiles are "per exchange". For the
 	// exchange distributions it is Metrics.Exchanges - Metrics.Partial -
-	// Metrics.Unanswered - Metrics.Multiplexed - Metrics.Pushes.
+	// Metrics.Unanswered - Metrics.Multiplexed - Metrics.Pushes -
+	// Metrics.Unfinished.
 	Count uint64 `json:"count"`
 	// Nonzero is how many of them were above zero: how often the
 	// component happened at all.

@@ -131,7 +131,15 @@ type KernelCounters struct {
 	TstampOff    uint64 `json:"sockets_without_tx_timestamps"`
 	// PathFull counts paths whose RTT history was dropped for another
 	// path's.
-	PathFull     uint64 `json:"path_entry_failures"`
+	PathFull uint64 `json:"path_entry_failures"`
+	// IdleWritten counts exchanges written complete and idle, before
+	// their next turn; Unfinished those written still in progress at a
+	// daemon's stop.
+	IdleWritten uint64 `json:"exchanges_idle_written"`
+	Unfinished  uint64 `json:"exchanges_unfinished"`
+	// NetnsUnswept counts network namespaces the sweep could not enter,
+	// once per sweep.
+	NetnsUnswept uint64 `json:"netns_unswept"`
 	Decoded      uint64 `json:"records_decoded"`
 	DecodeErrors uint64 `json:"decode_errors"`
 	// ReplaySkipped counts records a restarted daemon withheld from an

@@ -201,9 +201,14 @@ func responder(e *record.Exchange) {
 		return
 	}
 	c.Think = ch.to(t.W0)
-	send(e, &ch, sent(t))
+	x1 := send(e, &ch, sent(t))
 	// The exchange ends when the response has left: the path's round trip
-	// after that is the requester's to see (PathRTT still reports it).
+	// after that is the requester's to see (PathRTT still reports it). A
+	// response that was lost left with the retransmission that got
+	// through: the time from its first departure is loss recovery, which
+	// the requester alone cannot tell from the peer's time when the lost
+	// part was its only or last segment.
+	c.LossRecovery += ch.to(x1 + record.Mono(e.Raw.LossOut))
 	e.End = ch.at
 }
 

@@ -115,6 +115,23 @@ func TestResponderComponents(t *testing.T) {
 	}
 }
 
+// A lost answer: the responder retransmitted it 210 ms after it first
+// left (an RTO). It got out then, so the responder's exchange runs to the
+// retransmission and the wait is loss recovery, not think time.
+func TestResponderAnswerLost(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Responder,
+		Timeline: record.Timeline{R0: at(0), R1: at(0), D1: at(0.5), W0: at(5.5), W1: at(5.6), X1: at(5.6), A1: at(236)},
+		MinRTT:   20 * time.Millisecond,
+		Raw:      record.ExchangeRaw{LossOut: 210 * time.Millisecond},
+	}
+	Attribute(e)
+	c := e.Components
+	if c.LossRecovery != 210*time.Millisecond || c.Think != 5*time.Millisecond || e.End != at(215.6) || c.Sum() != e.Duration {
+		t.Errorf("%+v end %v duration %v", c, e.End, e.Duration)
+	}
+}
+
 // Points out of order (hooks racing, a read before the last arrival was
 // seen) never produce a negative component, and the sum still holds.
 func TestOutOfOrderPointsClamp(t *testing.T) {

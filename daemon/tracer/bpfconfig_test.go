@@ -20,7 +20,7 @@ func TestSetConfig(t *testing.T) {
 	if err := spec.Variables["cfg"].Get(&got); err != nil {
 		t.Fatal(err)
 	}
-	want := lattraceLtConfig{WakeupBytes: 1 << 20, UseTxTstamp: 0, FilterCgroup: 1, PathWindowNs: 2_000_000_000}
+	want := lattraceLtConfig{WakeupBytes: 1 << 20, UseTxTstamp: 0, FilterCgroup: 1, PathWindowNs: 2_000_000_000, IdleWriteNs: uint64(DefaultIdleWrite)}
 	if got != want || set != want {
 		t.Errorf("configuration %+v (returned %+v), want %+v", got, set, want)
 	}

@@ -15,7 +15,15 @@ type Counters struct {
 	TstampOff    uint64
 	// PathFull counts paths whose RTT history was dropped for another
 	// path's (their slot of the path table was in use within a minute).
-	PathFull     uint64
+	PathFull uint64
+	// IdleWritten counts exchanges the sweep wrote, complete and quiet,
+	// before their next turn; Unfinished those written at the daemon's
+	// stop while still in progress.
+	IdleWritten uint64
+	Unfinished  uint64
+	// NetnsUnswept counts the times the sweep passed over a network
+	// namespace it could not enter (their exchanges wait for the turn).
+	NetnsUnswept uint64
 	Decoded      uint64
 	DecodeErrors uint64
 	// ReplaySkipped counts the deliveries a restarted daemon withheld from
@@ -56,6 +64,8 @@ func (t *Tracer) Counters() (Counters, error) {
 		{lattraceLtCounterLT_CNT_EXCHANGES, &c.Exchanges},
 		{lattraceLtCounterLT_CNT_TSTAMP_OFF, &c.TstampOff},
 		{lattraceLtCounterLT_CNT_PATH_FULL, &c.PathFull},
+		{lattraceLtCounterLT_CNT_IDLE_WRITTEN, &c.IdleWritten},
+		{lattraceLtCounterLT_CNT_UNFINISHED, &c.Unfinished},
 	} {
 		if *f.dst, err = sum(f.k); err != nil {
 			return c, err
@@ -65,5 +75,6 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.DecodeErrors = t.decodeErrors.Load()
 	c.ReplaySkipped = t.replaySkipped.Load()
 	c.ReleasedUnsynced = t.releasedUnsynced.Load()
+	c.NetnsUnswept = t.unswept.Load()
 	return c, nil
 }

@@ -190,6 +190,7 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		Greeting:           has(lattraceLtExchangeFlagLT_EX_GREETING),
 		Unanswered:         has(lattraceLtExchangeFlagLT_EX_UNANSWERED),
 		Push:               has(lattraceLtExchangeFlagLT_EX_PUSH),
+		Unfinished:         has(lattraceLtExchangeFlagLT_EX_UNFINISHED),
 	}
 	e.Role = exchangeRole(x.Role)
 	e.CongestionControl = congs.get(x.Cong[:])

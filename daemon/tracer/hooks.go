@@ -2,7 +2,6 @@ package tracer
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -20,6 +19,9 @@ type hook struct {
 	// fallbackFor names the hook this one stands in for: it is tried
 	// only when that one is refused.
 	fallbackFor string
+	// iterator: the program runs only when the daemon reads it, so each
+	// daemon makes its own link and none is pinned.
+	iterator bool
 }
 
 // HookStatus says whether one hook is live, for the log and the daemon's
@@ -78,15 +80,18 @@ var hooks = []hook{
 		feature: "RTO counts", attach: attachTracing},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
-	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false,
-		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachStorageIter},
-	{program: "lattrace_inflight_tcp", hook: "iter/tcp", required: false, fallbackFor: "lattrace_inflight",
-		feature: "exchanges in progress, of the daemon's own network namespace only (where iterators over socket storage are refused)", attach: attachTCPIter},
+	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,
+		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachStorageIter((*Tracer).inflightIter)},
+	{program: "lattrace_inflight_tcp", hook: "iter/tcp", required: false, fallbackFor: "lattrace_inflight", iterator: true,
+		feature: "exchanges in progress, of the daemon's own network namespace only (where iterators over socket storage are refused)", attach: attachTCPIter((*Tracer).inflightIter)},
+	{program: "lattrace_sweep", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,
+		feature: "exchanges written once complete and idle, not at the next turn; in-progress ones written at the daemon's stop", attach: attachStorageIter((*Tracer).sweepIter)},
+	{program: "lattrace_sweep_tcp", hook: "iter/tcp", required: false, fallbackFor: "lattrace_sweep", iterator: true,
+		feature: "the same, one network namespace at a time (where iterators over socket storage are refused): needs CAP_SYS_ADMIN and the namespaces in /proc or --netns-dir", attach: attachTCPIter((*Tracer).sweepNetnsIter)},
 }
 
-// pinned tells whether the hook's link is pinned: the iterator only runs
-// when the daemon reads it, so each daemon makes its own.
-func (h hook) pinned() bool { return !strings.HasPrefix(h.program, "lattrace_inflight") }
+// pinned tells whether the hook's link is pinned.
+func (h hook) pinned() bool { return !h.iterator }
 
 func attachTracing(p *ebpf.Program, _ *Tracer) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})
@@ -96,23 +101,35 @@ func attachSockops(p *ebpf.Program, t *Tracer) (link.Link, error) {
 	return link.AttachCgroup(link.CgroupOptions{Path: t.opts.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
 }
 
-// attachStorageIter links the iterator over the socket storage: it walks
-// that map, so the link names it.
-func attachStorageIter(p *ebpf.Program, t *Tracer) (link.Link, error) {
-	return attachIter(link.IterOptions{Program: p, Map: t.maps.Maps["socks"]}, t)
+// attachStorageIter links an iterator over the socket storage (it walks
+// that map, so the link names it) and keeps it where keep says.
+func attachStorageIter(keep func(*Tracer, *link.Iter)) func(*ebpf.Program, *Tracer) (link.Link, error) {
+	return func(p *ebpf.Program, t *Tracer) (link.Link, error) {
+		return attachIter(link.IterOptions{Program: p, Map: t.maps.Maps["socks"]}, t, keep)
+	}
 }
 
-// attachTCPIter links the iterator over the TCP sockets of the daemon's
-// network namespace.
-func attachTCPIter(p *ebpf.Program, t *Tracer) (link.Link, error) {
-	return attachIter(link.IterOptions{Program: p}, t)
+// attachTCPIter links an iterator over the TCP sockets of the network
+// namespace of whoever opens it.
+func attachTCPIter(keep func(*Tracer, *link.Iter)) func(*ebpf.Program, *Tracer) (link.Link, error) {
+	return func(p *ebpf.Program, t *Tracer) (link.Link, error) {
+		return attachIter(link.IterOptions{Program: p}, t, keep)
+	}
 }
 
-func attachIter(opts link.IterOptions, t *Tracer) (link.Link, error) {
+func attachIter(opts link.IterOptions, t *Tracer, keep func(*Tracer, *link.Iter)) (link.Link, error) {
 	it, err := link.AttachIter(opts)
 	if err != nil {
 		return nil, err
 	}
-	t.inflight = it
+	keep(t, it)
 	return it, nil
+}
+
+func (t *Tracer) inflightIter(it *link.Iter) { t.inflight = it }
+func (t *Tracer) sweepIter(it *link.Iter)    { t.sweep = it }
+
+func (t *Tracer) sweepNetnsIter(it *link.Iter) {
+	t.sweep = it
+	t.sweepNetns = newNamespaces(t.opts.NetnsDirs)
 }

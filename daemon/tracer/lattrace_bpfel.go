@@ -20,6 +20,7 @@ type lattraceLtConfig struct {
 	FilterCgroup uint8
 	Pad          [6]uint8
 	PathWindowNs uint64
+	IdleWriteNs  uint64
 }
 
 type lattraceLtConnClose struct {
@@ -56,7 +57,9 @@ const (
 	lattraceLtCounterLT_CNT_EXCHANGES     lattraceLtCounter = 4
 	lattraceLtCounterLT_CNT_TSTAMP_OFF    lattraceLtCounter = 5
 	lattraceLtCounterLT_CNT_PATH_FULL     lattraceLtCounter = 6
-	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 7
+	lattraceLtCounterLT_CNT_IDLE_WRITTEN  lattraceLtCounter = 7
+	lattraceLtCounterLT_CNT_UNFINISHED    lattraceLtCounter = 8
+	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 9
 )
 
 type lattraceLtExchange struct {
@@ -121,6 +124,7 @@ const (
 	lattraceLtExchangeFlagLT_EX_GREETING     lattraceLtExchangeFlag = 64
 	lattraceLtExchangeFlagLT_EX_UNANSWERED   lattraceLtExchangeFlag = 128
 	lattraceLtExchangeFlagLT_EX_PUSH         lattraceLtExchangeFlag = 256
+	lattraceLtExchangeFlagLT_EX_UNFINISHED   lattraceLtExchangeFlag = 512
 )
 
 type lattraceLtExchangeRole uint32
@@ -221,6 +225,8 @@ type lattraceLtSock struct {
 	Turns          uint32
 	TurnsEmitted   uint32
 	Role           uint32
+	Gen            uint32
+	WrittenGen     uint32
 	Phase          uint8
 	WaitCause      uint8
 	LastInLenZero  uint8
@@ -277,7 +283,10 @@ const (
 	lattraceProgLattraceSendmsgLocked = "lattrace_sendmsg_locked"
 	lattraceProgLattraceSetState      = "lattrace_set_state"
 	lattraceProgLattraceSockops       = "lattrace_sockops"
+	lattraceProgLattraceSweep         = "lattrace_sweep"
+	lattraceProgLattraceSweepTcp      = "lattrace_sweep_tcp"
 	lattraceVarCfg                    = "cfg"
+	lattraceVarSweepStopping          = "sweep_stopping"
 	lattraceVarUnusedLtConnClose      = "unused_lt_conn_close"
 	lattraceVarUnusedLtConnOpen       = "unused_lt_conn_open"
 	lattraceVarUnusedLtCounter        = "unused_lt_counter"
@@ -342,6 +351,8 @@ type lattraceProgramSpecs struct {
 	LattraceSendmsgLocked *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSetState      *ebpf.ProgramSpec `ebpf:"lattrace_set_state"`
 	LattraceSockops       *ebpf.ProgramSpec `ebpf:"lattrace_sockops"`
+	LattraceSweep         *ebpf.ProgramSpec `ebpf:"lattrace_sweep"`
+	LattraceSweepTcp      *ebpf.ProgramSpec `ebpf:"lattrace_sweep_tcp"`
 }
 
 // lattraceMapSpecs contains maps before they are loaded into the kernel.
@@ -360,6 +371,7 @@ type lattraceMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceVariableSpecs struct {
 	Cfg                  *ebpf.VariableSpec `ebpf:"cfg"`
+	SweepStopping        *ebpf.VariableSpec `ebpf:"sweep_stopping"`
 	UnusedLtConnClose    *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.VariableSpec `ebpf:"unused_lt_conn_open"`
 	UnusedLtCounter      *ebpf.VariableSpec `ebpf:"unused_lt_counter"`
@@ -414,6 +426,7 @@ func (m *lattraceMaps) Close() error {
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceVariables struct {
 	Cfg                  *ebpf.Variable `ebpf:"cfg"`
+	SweepStopping        *ebpf.Variable `ebpf:"sweep_stopping"`
 	UnusedLtConnClose    *ebpf.Variable `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.Variable `ebpf:"unused_lt_conn_open"`
 	UnusedLtCounter      *ebpf.Variable `ebpf:"unused_lt_counter"`
@@ -440,6 +453,8 @@ type lattracePrograms struct {
 	LattraceSendmsgLocked *ebpf.Program `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSetState      *ebpf.Program `ebpf:"lattrace_set_state"`
 	LattraceSockops       *ebpf.Program `ebpf:"lattrace_sockops"`
+	LattraceSweep         *ebpf.Program `ebpf:"lattrace_sweep"`
+	LattraceSweepTcp      *ebpf.Program `ebpf:"lattrace_sweep_tcp"`
 }
 
 func (p *lattracePrograms) Close() error {
@@ -454,6 +469,8 @@ func (p *lattracePrograms) Close() error {
 		p.LattraceSendmsgLocked,
 		p.LattraceSetState,
 		p.LattraceSockops,
+		p.LattraceSweep,
+		p.LattraceSweepTcp,
 	)
 }
 

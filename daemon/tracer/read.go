@@ -22,9 +22,14 @@ func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 		stopping := ctx.Err() != nil
 		if stopping && t.opts.PinPath == "" {
 			// Detach first, so nothing is submitted after the last drain:
-			// what the kernel holds then is all read. Pinned programs stay
-			// attached for the next daemon, which reads on from here.
-			t.detach()
+			// what the kernel holds then is all read, and the exchanges
+			// in progress, written by the last sweep, with it. Pinned
+			// programs stay attached for the next daemon, which reads on
+			// from here and writes them itself.
+			t.detach(false)
+			t.sweepNow(true)
+		} else if !stopping && t.opts.IdleWrite > 0 && time.Since(t.lastSweep) >= t.opts.IdleWrite {
+			t.sweepNow(false)
 		}
 		t.drain(sink)
 		if stopping {
@@ -92,11 +97,13 @@ func (t *Tracer) decode(raw []byte, sink record.Sink) {
 		var x *lattraceLtExchange
 		if x, ok = view[lattraceLtExchange](raw); ok {
 			exchange(x, &t.ex, &t.comms, &t.congs)
+			t.sweepNetns.saw(x.Flow.Netns)
 			sink.Exchange(&t.ex)
 		}
 	case lattraceLtRecordKindLT_RECORD_CONN_OPEN:
 		var x *lattraceLtConnOpen
 		if x, ok = view[lattraceLtConnOpen](raw); ok {
+			t.sweepNetns.saw(x.Flow.Netns)
 			sink.ConnOpen(connOpen(x))
 		}
 	case lattraceLtRecordKindLT_RECORD_CONN_CLOSE:

@@ -49,12 +49,28 @@ type Options struct {
 	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
 	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
 	NoTxTimestamps bool
+	// IdleWrite is how long a complete exchange waits, its connection
+	// quiet, before it is written without its next turn (on an idle
+	// pooled connection that turn may be hours away); the sweep that
+	// finds such exchanges runs at the same interval. Zero means
+	// DefaultIdleWrite; negative, only at the next turn or the close.
+	IdleWrite time.Duration
+	// NetnsDirs are directories of bound network namespaces (iproute2's
+	// /run/netns, where CNI plugins bind pods' too). Where the kernel
+	// refuses iterators over the socket storage, the sweep visits each
+	// namespace found there and in /proc; default /run/netns.
+	NetnsDirs []string
 	// PinPath, on a BPF filesystem, keeps the maps and links pinned there
 	// after the daemon exits, so the programs trace on and the next Open
 	// with the same path adopts them and reads the records made meanwhile
 	// (see pin.go). Empty: everything goes with the process.
 	PinPath string
 	Logger  *slog.Logger
+
+	// sweepEachNetns makes the sweep take its fallback, the TCP iterator
+	// in each network namespace, as where the kernel refuses iterators
+	// over the socket storage (for the tests of that path).
+	sweepEachNetns bool
 }
 
 func (o *Options) defaults() {
@@ -71,6 +87,12 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.IdleWrite == 0 {
+		o.IdleWrite = DefaultIdleWrite
+	}
+	if o.NetnsDirs == nil {
+		o.NetnsDirs = []string{"/run/netns"}
+	}
 }
 
 // Validate checks options a person gave (flags, the config file) before
@@ -80,6 +102,9 @@ func (o *Options) defaults() {
 func (o Options) Validate() error {
 	if o.DrainInterval != 0 && (o.DrainInterval < time.Millisecond || o.DrainInterval > 10*time.Second) {
 		return fmt.Errorf("drain interval %v outside 1ms..10s", o.DrainInterval)
+	}
+	if o.IdleWrite > 0 && (o.IdleWrite < 100*time.Millisecond || o.IdleWrite > time.Minute) {
+		return fmt.Errorf("idle write %v outside 100ms..1m (negative: off)", o.IdleWrite)
 	}
 	if o.RingBufferBytes != 0 {
 		if err := checkRingBufferBytes(uint64(o.RingBufferBytes)); err != nil {
@@ -101,6 +126,12 @@ func (o Options) Validate() error {
 // than anything that reads the outputs (the live view refreshes every
 // second).
 const DefaultDrainInterval = 250 * time.Millisecond
+
+// DefaultIdleWrite is how long a complete exchange's connection stays
+// quiet before the exchange is written without its next turn: with the
+// sweep at the same interval and the drain after it, a completed exchange
+// is out within about a second of its last byte.
+const DefaultIdleWrite = 500 * time.Millisecond
 
 // DefaultRingBufferBytes is the ring buffer's size unless told otherwise.
 const DefaultRingBufferBytes = 8 << 20
@@ -135,6 +166,12 @@ type Tracer struct {
 	// inflight walks the socket storage for exchanges in progress; nil
 	// when the kernel refused the iterator.
 	inflight *link.Iter
+	// sweep writes idle complete exchanges (sweep.go); nil when the
+	// kernel refused both its iterators. sweepNetns: it is the TCP
+	// iterator, opened in each network namespace in turn.
+	sweep      *link.Iter
+	sweepNetns *namespaces
+	lastSweep  time.Time
 	// With PinPath: the locked directory and the state map (generation,
 	// output cursors).
 	pin   *pinDir
@@ -150,7 +187,7 @@ type Tracer struct {
 	durable  []*resumed
 	released bool
 
-	decoded, decodeErrors, replaySkipped, releasedUnsynced atomic.Uint64
+	decoded, decodeErrors, replaySkipped, releasedUnsynced, unswept atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and
@@ -274,6 +311,9 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 		if h.fallbackFor != "" && attached[h.fallbackFor] {
 			continue
 		}
+		if h.program == "lattrace_sweep" && t.opts.sweepEachNetns {
+			continue
+		}
 		var err error
 		adopted := false
 		pinned := t.pin != nil && h.pinned()
@@ -361,7 +401,7 @@ func (t *Tracer) Close() error {
 	if t.ring != nil {
 		errs = append(errs, t.ring.close())
 	}
-	errs = append(errs, t.detach())
+	errs = append(errs, t.detach(true))
 	for _, p := range t.progs {
 		errs = append(errs, p.Close())
 	}
@@ -375,15 +415,21 @@ func (t *Tracer) Close() error {
 	return errors.Join(errs...)
 }
 
-// detach closes every link; safe to call again.
-func (t *Tracer) detach() error {
+// detach closes the links of every hook, so that nothing more is traced;
+// with iterators too, every link. Safe to call again.
+func (t *Tracer) detach(iterators bool) error {
 	t.linksMu.Lock()
 	defer t.linksMu.Unlock()
 	var errs []error
+	kept := t.links[:0]
 	for _, l := range t.links {
+		if _, iter := l.(*link.Iter); iter && !iterators {
+			kept = append(kept, l)
+			continue
+		}
 		errs = append(errs, l.Close())
 	}
-	t.links = nil
+	t.links = kept
 	return errors.Join(errs...)
 }
 

@@ -208,6 +208,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.unanswered", e.Unanswered),
 		attribute.Bool("lattrace.multiplexed", e.Multiplexed),
 		attribute.Bool("lattrace.push", e.Push),
+		attribute.Bool("lattrace.unfinished", e.Unfinished),
 		attribute.Bool("lattrace.greeting", e.Greeting),
 	}
 	if e.Owner.ContainerID != "" {

@@ -51,14 +51,25 @@ func TestLoss(t *testing.T) {
 			t.Errorf("exchange %d: a receive hole of %v but no loss recovery", p.app.ID, p.ex.Raw.LossIn)
 		}
 	}
-	var retransB int
+	var retransB, lostAnswers int
 	for _, e := range s.responders() {
 		retransB += int(e.Retransmits)
+		// An answer retransmitted after it first left: the responder's
+		// exchange runs to the retransmission, as loss recovery.
+		if e.Raw.LossOut > 0 {
+			lostAnswers++
+			if e.Components.LossRecovery < e.Raw.LossOut || e.Components.Sum() != e.Duration {
+				t.Errorf("responder: answer retransmitted %v after it left, loss recovery %v", e.Raw.LossOut, e.Components.LossRecovery)
+			}
+		}
+	}
+	if lostAnswers == 0 {
+		t.Error("1 % loss on the way back made no answer retransmitted after it left")
 	}
 	kernelA := after["Tcp.RetransSegs"] - before["Tcp.RetransSegs"]
 	kernelB := afterB["Tcp.RetransSegs"] - beforeB["Tcp.RetransSegs"]
-	t.Logf("retransmissions: A lattrace %d kernel %d; B lattrace %d kernel %d; requests lost %d, with loss recovery %d",
-		retransA, kernelA, retransB, kernelB, lostReq, recovered)
+	t.Logf("retransmissions: A lattrace %d kernel %d; B lattrace %d kernel %d; requests lost %d, with loss recovery %d; answers lost %d",
+		retransA, kernelA, retransB, kernelB, lostReq, recovered, lostAnswers)
 	// tshark on each sender's own interface sees every retransmission it
 	// sent (the lab drops after the capture point).
 	wireA, err := capture.Retransmissions(w.pa, capture.SentBy(s.lab.A.IPv4))
