@@ -127,24 +127,32 @@ int lattrace_inflight(struct bpf_iter__bpf_sk_storage_map *ctx)
 	return 0;
 }
 
-/* The fallback where the kernel refuses iterators over map elements: the
- * TCP sockets of the reader's network namespace, each looked up in the
- * socket storage. */
-SEC("iter/tcp")
-int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
+/* A TCP iterator's socket, as a full TCP socket, and its state; 0 when it
+ * has none (a request or time-wait socket, or one lattrace never saw). */
+static __always_inline struct lt_sock *tcp_iter_state(struct sock_common *skc, struct sock **sk)
 {
-	struct sock_common *skc = ctx->sk_common;
 	struct tcp_sock *tp;
-	struct lt_sock *st;
 
 	if (!skc)
 		return 0;
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
 		return 0;
-	st = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (st)
-		handle_inflight(ctx->meta->seq, (struct sock *)tp, st);
+	*sk = (struct sock *)tp;
+	return bpf_sk_storage_get(&socks, tp, 0, 0);
+}
+
+/* The fallback where the kernel refuses iterators over map elements: the
+ * TCP sockets of the reader's network namespace, each looked up in the
+ * socket storage. */
+SEC("iter/tcp")
+int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock *sk = 0;
+	struct lt_sock *st = tcp_iter_state(ctx->sk_common, &sk);
+
+	if (st && sk)
+		handle_inflight(ctx->meta->seq, sk, st);
 	return 0;
 }
 
@@ -172,17 +180,10 @@ int lattrace_sweep(struct bpf_iter__bpf_sk_storage_map *ctx)
 SEC("iter/tcp")
 int lattrace_sweep_tcp(struct bpf_iter__tcp *ctx)
 {
-	struct sock_common *skc = ctx->sk_common;
-	struct tcp_sock *tp;
-	struct lt_sock *st;
+	struct sock *sk = 0;
+	struct lt_sock *st = tcp_iter_state(ctx->sk_common, &sk);
 
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp)
-		return 0;
-	st = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (st)
-		handle_sweep((struct sock *)tp, st, sweep_stopping);
+	if (st && sk)
+		handle_sweep(sk, st, sweep_stopping);
 	return 0;
 }
