@@ -173,6 +173,25 @@ static __always_inline void handle_segment_in(struct sock *sk, struct sk_buff *s
 	}
 }
 
+/* Queued data was pushed out (kernels without BPF TX timestamps): an
+ * ACK let held-back data go (handle_segment_in runs before the ACK is
+ * processed), a cork was pulled (TCP_CORK, nginx's tcp_nopush), a write
+ * ended. Without this the last byte's departure would be seen only at
+ * the next incoming segment, a round trip late. */
+static __always_inline void handle_pushed(struct sock *sk)
+{
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+
+	st = sock_state(sk, false);
+	if (!st || st->msg_tstamp || st->phase != PHASE_OUT || !st->cur.w0 || st->cur.x1 ||
+	    st->out_seq_end == st->out_seq_start)
+		return;
+	tp = tcp_sk_of(sk);
+	if (tp && !after(st->out_seq_end, tp->snd_nxt))
+		mark_x1(st, tp, bpf_ktime_get_ns());
+}
+
 /* A read on any socket returned ret: d1 once the whole in message so far
  * is consumed. */
 static __always_inline void handle_recv_done(struct sock *sk, int ret, int flags)

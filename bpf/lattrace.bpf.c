@@ -9,8 +9,9 @@
  * one record with its timeline (docs/latency-model.md); per-segment work
  * stays here.
  *
- * Hooks are tp_btf tracepoints and sockops only: kernels that refuse
- * trampolines (fentry) and kprobes still run every program. The handlers
+ * Hooks are tp_btf tracepoints and sockops where the kernel has them, so
+ * that kernels refusing trampolines still run every program; fentry and
+ * fexit programs stand in for tracepoints older kernels lack. The handlers
  * (handlers.bpf.h) take the kernel's objects as trusted BTF pointers, the
  * way tp_btf and fentry programs receive them, so such a program for
  * another attach point of the same event calls the same handler. Only
@@ -101,6 +102,15 @@ int BPF_PROG(lattrace_retransmit, struct sock *sk, struct sk_buff *skb, int err)
 	return 0;
 }
 
+/* Before 6.16 the tracepoint has no err argument: it fires only for a
+ * retransmission that was sent. */
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(lattrace_retransmit_sent, struct sock *sk, struct sk_buff *skb)
+{
+	handle_retransmit(sk, skb);
+	return 0;
+}
+
 SEC("tp_btf/tcp_cong_state_set")
 int BPF_PROG(lattrace_cong_state, struct sock *sk, u8 ca_state)
 {
@@ -112,6 +122,72 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 {
 	handle_state_change(sk, oldstate, newstate);
+	return 0;
+}
+
+/* Stand-ins for the tracepoints a kernel lacks (tcp_sendmsg_locked came in
+ * 6.16, sock_send_length and sock_recv_length in 6.3): fentry and fexit
+ * programs on the functions that fire them, calling the same handlers.
+ * What they see differently is said in the hook table (daemon/tracer). */
+
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(lattrace_sendmsg_fentry, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	handle_sendmsg(sk);
+	return 0;
+}
+
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(lattrace_sendmsg_fexit, struct sock *sk, struct msghdr *msg, size_t size, int ret)
+{
+	handle_send_done(sk, ret);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int BPF_PROG(lattrace_recvmsg_fexit, struct sock *sk, struct msghdr *msg, size_t len, int flags, int *addr_len, int ret)
+{
+	handle_recv_done(sk, ret, flags);
+	return 0;
+}
+
+SEC("fentry/tcp_rcv_established")
+int BPF_PROG(lattrace_rcv_fentry, struct sock *sk, struct sk_buff *skb)
+{
+	handle_segment_in(sk, skb);
+	return 0;
+}
+
+SEC("fentry/tcp_set_state")
+int BPF_PROG(lattrace_set_state_fentry, struct sock *sk, int state)
+{
+	handle_state_change(sk, sk->__sk_common.skc_state, state);
+	return 0;
+}
+
+/* Where the kernel has no BPF TX timestamps (before 6.15): data queued
+ * and not yet sent was just pushed (an ACK opened the window or ended
+ * Nagle's wait, a cork was pulled, a write ended). */
+SEC("fexit/__tcp_push_pending_frames")
+int BPF_PROG(lattrace_push_fexit, struct sock *sk, unsigned int cur_mss, int nonagle)
+{
+	handle_pushed(sk);
+	return 0;
+}
+
+/* Before 6.5 sendfile() and splice() reach TCP through tcp_sendpage, not
+ * tcp_sendmsg: its own data and end. */
+SEC("fentry/do_tcp_sendpages")
+int BPF_PROG(lattrace_sendpages_fentry, struct sock *sk, struct page *page, int offset, size_t size, int flags)
+{
+	handle_sendmsg(sk);
+	return 0;
+}
+
+SEC("fexit/tcp_sendpage")
+int BPF_PROG(lattrace_sendpage_fexit, struct sock *sk, struct page *page, int offset, size_t size, int flags, int ret)
+{
+	handle_send_done(sk, ret);
 	return 0;
 }
 

@@ -122,7 +122,7 @@ struct lt_conn_close {
 	__u64 established_ns; /* 0 when the connection predates lattrace */
 	__u64 sendmsg_calls;  /* sendmsg/write calls that returned > 0 */
 	__u64 bytes_sent;     /* bytes those calls accepted */
-	__u64 send_skbs;      /* tcp_sendmsg_locked firings: skbs the sends filled */
+	__u64 send_skbs;      /* tcp_sendmsg_locked firings: skbs the sends filled (writes, through its fentry stand-in) */
 	__u32 role;           /* enum lt_role */
 	__u32 _pad;
 };

@@ -100,13 +100,16 @@ func (d *Daemon) open() error {
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.logExports() // after the exporter's shutdown: final numbers
 	defer d.close()
-	attached := 0
-	for _, h := range d.tracer.Hooks() {
-		if h.Attached {
-			attached++
+	// A hook counts once, attached when it or an alternative is.
+	hooks := d.tracer.Hooks()
+	total := 0
+	for _, h := range hooks {
+		if h.FallbackFor == "" {
+			total++
 		}
 	}
-	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", len(d.tracer.Hooks()), "output", d.cfg.Output, "max_procs", runtime.GOMAXPROCS(0))
+	attached := total - len(tracer.FeaturesOff(hooks))
+	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", total, "output", d.cfg.Output, "max_procs", runtime.GOMAXPROCS(0))
 	go d.reportHealth(ctx)
 	d.serve()
 	runErr := d.tracer.Run(ctx, d.pipeline)

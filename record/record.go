@@ -72,7 +72,9 @@ type ConnClose struct {
 	// and the bytes they accepted.
 	SendCalls uint64 `json:"send_calls"`
 	BytesSent uint64 `json:"bytes_sent"`
-	// SendSKBs counts the socket buffers those sends filled.
+	// SendSKBs counts the socket buffers those sends filled; on kernels
+	// without the tcp_sendmsg_locked tracepoint (before 6.16), whose
+	// stand-in fires once per write, the writes that reached TCP.
 	SendSKBs uint64 `json:"send_skbs"`
 }
 

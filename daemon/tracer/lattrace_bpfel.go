@@ -268,35 +268,44 @@ type lattracePathSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lattraceMapCgroupFilter           = "cgroup_filter"
-	lattraceMapCounters               = "counters"
-	lattraceMapEvents                 = "events"
-	lattraceMapPaths                  = "paths"
-	lattraceMapSocks                  = "socks"
-	lattraceProgLattraceCongState     = "lattrace_cong_state"
-	lattraceProgLattraceInflight      = "lattrace_inflight"
-	lattraceProgLattraceInflightTcp   = "lattrace_inflight_tcp"
-	lattraceProgLattraceProbe         = "lattrace_probe"
-	lattraceProgLattraceRecvLength    = "lattrace_recv_length"
-	lattraceProgLattraceRetransmit    = "lattrace_retransmit"
-	lattraceProgLattraceSendLength    = "lattrace_send_length"
-	lattraceProgLattraceSendmsgLocked = "lattrace_sendmsg_locked"
-	lattraceProgLattraceSetState      = "lattrace_set_state"
-	lattraceProgLattraceSockops       = "lattrace_sockops"
-	lattraceProgLattraceSweep         = "lattrace_sweep"
-	lattraceProgLattraceSweepTcp      = "lattrace_sweep_tcp"
-	lattraceVarCfg                    = "cfg"
-	lattraceVarSweepStopping          = "sweep_stopping"
-	lattraceVarUnusedLtConnClose      = "unused_lt_conn_close"
-	lattraceVarUnusedLtConnOpen       = "unused_lt_conn_open"
-	lattraceVarUnusedLtCounter        = "unused_lt_counter"
-	lattraceVarUnusedLtExchange       = "unused_lt_exchange"
-	lattraceVarUnusedLtExchangeFlag   = "unused_lt_exchange_flag"
-	lattraceVarUnusedLtExchangeRole   = "unused_lt_exchange_role"
-	lattraceVarUnusedLtInflight       = "unused_lt_inflight"
-	lattraceVarUnusedLtLayout         = "unused_lt_layout"
-	lattraceVarUnusedLtRecordKind     = "unused_lt_record_kind"
-	lattraceVarUnusedLtRole           = "unused_lt_role"
+	lattraceMapCgroupFilter             = "cgroup_filter"
+	lattraceMapCounters                 = "counters"
+	lattraceMapEvents                   = "events"
+	lattraceMapPaths                    = "paths"
+	lattraceMapSocks                    = "socks"
+	lattraceProgLattraceCongState       = "lattrace_cong_state"
+	lattraceProgLattraceInflight        = "lattrace_inflight"
+	lattraceProgLattraceInflightTcp     = "lattrace_inflight_tcp"
+	lattraceProgLattraceProbe           = "lattrace_probe"
+	lattraceProgLattracePushFexit       = "lattrace_push_fexit"
+	lattraceProgLattraceRcvFentry       = "lattrace_rcv_fentry"
+	lattraceProgLattraceRecvLength      = "lattrace_recv_length"
+	lattraceProgLattraceRecvmsgFexit    = "lattrace_recvmsg_fexit"
+	lattraceProgLattraceRetransmit      = "lattrace_retransmit"
+	lattraceProgLattraceRetransmitSent  = "lattrace_retransmit_sent"
+	lattraceProgLattraceSendLength      = "lattrace_send_length"
+	lattraceProgLattraceSendmsgFentry   = "lattrace_sendmsg_fentry"
+	lattraceProgLattraceSendmsgFexit    = "lattrace_sendmsg_fexit"
+	lattraceProgLattraceSendmsgLocked   = "lattrace_sendmsg_locked"
+	lattraceProgLattraceSendpageFexit   = "lattrace_sendpage_fexit"
+	lattraceProgLattraceSendpagesFentry = "lattrace_sendpages_fentry"
+	lattraceProgLattraceSetState        = "lattrace_set_state"
+	lattraceProgLattraceSetStateFentry  = "lattrace_set_state_fentry"
+	lattraceProgLattraceSockops         = "lattrace_sockops"
+	lattraceProgLattraceSweep           = "lattrace_sweep"
+	lattraceProgLattraceSweepTcp        = "lattrace_sweep_tcp"
+	lattraceVarCfg                      = "cfg"
+	lattraceVarSweepStopping            = "sweep_stopping"
+	lattraceVarUnusedLtConnClose        = "unused_lt_conn_close"
+	lattraceVarUnusedLtConnOpen         = "unused_lt_conn_open"
+	lattraceVarUnusedLtCounter          = "unused_lt_counter"
+	lattraceVarUnusedLtExchange         = "unused_lt_exchange"
+	lattraceVarUnusedLtExchangeFlag     = "unused_lt_exchange_flag"
+	lattraceVarUnusedLtExchangeRole     = "unused_lt_exchange_role"
+	lattraceVarUnusedLtInflight         = "unused_lt_inflight"
+	lattraceVarUnusedLtLayout           = "unused_lt_layout"
+	lattraceVarUnusedLtRecordKind       = "unused_lt_record_kind"
+	lattraceVarUnusedLtRole             = "unused_lt_role"
 )
 
 // loadLattrace returns the embedded CollectionSpec for lattrace.
@@ -341,18 +350,27 @@ type lattraceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceProgramSpecs struct {
-	LattraceCongState     *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
-	LattraceInflight      *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
-	LattraceInflightTcp   *ebpf.ProgramSpec `ebpf:"lattrace_inflight_tcp"`
-	LattraceProbe         *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
-	LattraceRecvLength    *ebpf.ProgramSpec `ebpf:"lattrace_recv_length"`
-	LattraceRetransmit    *ebpf.ProgramSpec `ebpf:"lattrace_retransmit"`
-	LattraceSendLength    *ebpf.ProgramSpec `ebpf:"lattrace_send_length"`
-	LattraceSendmsgLocked *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_locked"`
-	LattraceSetState      *ebpf.ProgramSpec `ebpf:"lattrace_set_state"`
-	LattraceSockops       *ebpf.ProgramSpec `ebpf:"lattrace_sockops"`
-	LattraceSweep         *ebpf.ProgramSpec `ebpf:"lattrace_sweep"`
-	LattraceSweepTcp      *ebpf.ProgramSpec `ebpf:"lattrace_sweep_tcp"`
+	LattraceCongState       *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
+	LattraceInflight        *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
+	LattraceInflightTcp     *ebpf.ProgramSpec `ebpf:"lattrace_inflight_tcp"`
+	LattraceProbe           *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
+	LattracePushFexit       *ebpf.ProgramSpec `ebpf:"lattrace_push_fexit"`
+	LattraceRcvFentry       *ebpf.ProgramSpec `ebpf:"lattrace_rcv_fentry"`
+	LattraceRecvLength      *ebpf.ProgramSpec `ebpf:"lattrace_recv_length"`
+	LattraceRecvmsgFexit    *ebpf.ProgramSpec `ebpf:"lattrace_recvmsg_fexit"`
+	LattraceRetransmit      *ebpf.ProgramSpec `ebpf:"lattrace_retransmit"`
+	LattraceRetransmitSent  *ebpf.ProgramSpec `ebpf:"lattrace_retransmit_sent"`
+	LattraceSendLength      *ebpf.ProgramSpec `ebpf:"lattrace_send_length"`
+	LattraceSendmsgFentry   *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_fentry"`
+	LattraceSendmsgFexit    *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_fexit"`
+	LattraceSendmsgLocked   *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_locked"`
+	LattraceSendpageFexit   *ebpf.ProgramSpec `ebpf:"lattrace_sendpage_fexit"`
+	LattraceSendpagesFentry *ebpf.ProgramSpec `ebpf:"lattrace_sendpages_fentry"`
+	LattraceSetState        *ebpf.ProgramSpec `ebpf:"lattrace_set_state"`
+	LattraceSetStateFentry  *ebpf.ProgramSpec `ebpf:"lattrace_set_state_fentry"`
+	LattraceSockops         *ebpf.ProgramSpec `ebpf:"lattrace_sockops"`
+	LattraceSweep           *ebpf.ProgramSpec `ebpf:"lattrace_sweep"`
+	LattraceSweepTcp        *ebpf.ProgramSpec `ebpf:"lattrace_sweep_tcp"`
 }
 
 // lattraceMapSpecs contains maps before they are loaded into the kernel.
@@ -443,18 +461,27 @@ type lattraceVariables struct {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattracePrograms struct {
-	LattraceCongState     *ebpf.Program `ebpf:"lattrace_cong_state"`
-	LattraceInflight      *ebpf.Program `ebpf:"lattrace_inflight"`
-	LattraceInflightTcp   *ebpf.Program `ebpf:"lattrace_inflight_tcp"`
-	LattraceProbe         *ebpf.Program `ebpf:"lattrace_probe"`
-	LattraceRecvLength    *ebpf.Program `ebpf:"lattrace_recv_length"`
-	LattraceRetransmit    *ebpf.Program `ebpf:"lattrace_retransmit"`
-	LattraceSendLength    *ebpf.Program `ebpf:"lattrace_send_length"`
-	LattraceSendmsgLocked *ebpf.Program `ebpf:"lattrace_sendmsg_locked"`
-	LattraceSetState      *ebpf.Program `ebpf:"lattrace_set_state"`
-	LattraceSockops       *ebpf.Program `ebpf:"lattrace_sockops"`
-	LattraceSweep         *ebpf.Program `ebpf:"lattrace_sweep"`
-	LattraceSweepTcp      *ebpf.Program `ebpf:"lattrace_sweep_tcp"`
+	LattraceCongState       *ebpf.Program `ebpf:"lattrace_cong_state"`
+	LattraceInflight        *ebpf.Program `ebpf:"lattrace_inflight"`
+	LattraceInflightTcp     *ebpf.Program `ebpf:"lattrace_inflight_tcp"`
+	LattraceProbe           *ebpf.Program `ebpf:"lattrace_probe"`
+	LattracePushFexit       *ebpf.Program `ebpf:"lattrace_push_fexit"`
+	LattraceRcvFentry       *ebpf.Program `ebpf:"lattrace_rcv_fentry"`
+	LattraceRecvLength      *ebpf.Program `ebpf:"lattrace_recv_length"`
+	LattraceRecvmsgFexit    *ebpf.Program `ebpf:"lattrace_recvmsg_fexit"`
+	LattraceRetransmit      *ebpf.Program `ebpf:"lattrace_retransmit"`
+	LattraceRetransmitSent  *ebpf.Program `ebpf:"lattrace_retransmit_sent"`
+	LattraceSendLength      *ebpf.Program `ebpf:"lattrace_send_length"`
+	LattraceSendmsgFentry   *ebpf.Program `ebpf:"lattrace_sendmsg_fentry"`
+	LattraceSendmsgFexit    *ebpf.Program `ebpf:"lattrace_sendmsg_fexit"`
+	LattraceSendmsgLocked   *ebpf.Program `ebpf:"lattrace_sendmsg_locked"`
+	LattraceSendpageFexit   *ebpf.Program `ebpf:"lattrace_sendpage_fexit"`
+	LattraceSendpagesFentry *ebpf.Program `ebpf:"lattrace_sendpages_fentry"`
+	LattraceSetState        *ebpf.Program `ebpf:"lattrace_set_state"`
+	LattraceSetStateFentry  *ebpf.Program `ebpf:"lattrace_set_state_fentry"`
+	LattraceSockops         *ebpf.Program `ebpf:"lattrace_sockops"`
+	LattraceSweep           *ebpf.Program `ebpf:"lattrace_sweep"`
+	LattraceSweepTcp        *ebpf.Program `ebpf:"lattrace_sweep_tcp"`
 }
 
 func (p *lattracePrograms) Close() error {
@@ -463,11 +490,20 @@ func (p *lattracePrograms) Close() error {
 		p.LattraceInflight,
 		p.LattraceInflightTcp,
 		p.LattraceProbe,
+		p.LattracePushFexit,
+		p.LattraceRcvFentry,
 		p.LattraceRecvLength,
+		p.LattraceRecvmsgFexit,
 		p.LattraceRetransmit,
+		p.LattraceRetransmitSent,
 		p.LattraceSendLength,
+		p.LattraceSendmsgFentry,
+		p.LattraceSendmsgFexit,
 		p.LattraceSendmsgLocked,
+		p.LattraceSendpageFexit,
+		p.LattraceSendpagesFentry,
 		p.LattraceSetState,
+		p.LattraceSetStateFentry,
 		p.LattraceSockops,
 		p.LattraceSweep,
 		p.LattraceSweepTcp,

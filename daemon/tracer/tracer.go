@@ -20,6 +20,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lattrace/lattrace/daemon/cgroup"
 	"github.com/lattrace/lattrace/record"
 )
@@ -303,52 +305,109 @@ func (t *Tracer) loadMaps(spec *ebpf.CollectionSpec) error {
 }
 
 // attachAll attaches every hook, or with adopt takes over the links the
-// previous daemon pinned for the same programs.
+// previous daemon pinned for the same programs. Of a hook's alternatives
+// the first the kernel accepts is used; one line says which were used.
 func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, adopt bool) error {
-	var missing []string
-	attached := map[string]bool{}
-	for _, h := range hooks {
-		if h.fallbackFor != "" && attached[h.fallbackFor] {
-			continue
-		}
-		if h.program == "lattrace_sweep" && t.opts.sweepEachNetns {
-			continue
-		}
+	kernel := kernelTypes
+	if kernel == nil {
 		var err error
-		adopted := false
-		pinned := t.pin != nil && h.pinned()
-		if pinned && adopt {
-			adopted, err = t.adopt(h)
+		if kernel, err = btf.LoadKernelSpec(); err != nil {
+			return fmt.Errorf("reading the kernel's BTF: %w", err)
 		}
-		if !adopted && err == nil {
-			if pinned {
-				t.unpinOld(h)
-			}
-			err = t.attach(spec, kernelTypes, h)
-			if err == nil && pinned {
-				if perr := t.links[len(t.links)-1].Pin(t.pin.linkPath(h.program)); perr != nil {
-					err = fmt.Errorf("pinning: %w", perr)
-				}
-			}
+	}
+	release := kernelRelease()
+	attached := map[string]bool{} // by the program of the hook an alternative stands in for
+	tried := map[string][]string{}
+	var used []string
+	feature := map[string]string{}
+	for _, h := range hooks {
+		if h.fallbackFor == "" {
+			feature[h.program] = h.feature
 		}
-		attached[h.program] = err == nil
-		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: h.feature, Attached: err == nil, Adopted: adopted, FallbackFor: h.fallbackFor}
+	}
+	for _, h := range hooks {
+		primary := h.program
+		if h.fallbackFor != "" {
+			primary = h.fallbackFor
+		}
+		if attached[primary] || (h.program == "lattrace_sweep" && t.opts.sweepEachNetns) || (h.only != nil && !h.only(kernel)) {
+			continue
+		}
+		adopted, err := t.attachHook(spec, kernelTypes, kernel, h, adopt)
+		st := HookStatus{Program: h.program, Hook: h.hook, Required: h.required, Feature: feature[primary], Attached: err == nil, Adopted: adopted, FallbackFor: h.fallbackFor}
+		if h.reduced != "" {
+			st.Feature += " (" + h.reduced + ")"
+		}
 		if err != nil {
 			st.Error = err.Error()
-			if h.required {
-				missing = append(missing, fmt.Sprintf("%s (%v)", h.hook, err))
+			tried[primary] = append(tried[primary], fmt.Sprintf("%s: %v", h.hook, err))
+		} else {
+			attached[primary] = true
+			if h.iterator {
+				used = append(used, h.hook+" ("+h.program+")")
 			} else {
-				t.opts.Logger.Warn("optional hook unavailable; feature disabled", "hook", h.hook, "feature", h.feature, "err", err)
+				used = append(used, h.hook)
 			}
-		} else if h.fallbackFor != "" {
-			t.opts.Logger.Warn("fallback hook attached; feature reduced", "hook", h.hook, "feature", h.feature)
+			if h.reduced != "" {
+				t.opts.Logger.Warn("hook attached through an alternative that sees less", "hook", h.hook, "sees_less", h.reduced)
+			}
 		}
 		t.hooks = append(t.hooks, st)
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("required kernel hooks unavailable: %s", strings.Join(missing, "; "))
+	var missing []string
+	for _, h := range hooks {
+		if h.fallbackFor != "" || attached[h.program] || len(tried[h.program]) == 0 {
+			continue
+		}
+		why := strings.Join(tried[h.program], "; ")
+		if h.required {
+			missing = append(missing, why)
+		} else {
+			t.opts.Logger.Warn("optional hook unavailable; feature disabled", "kernel", release, "feature", h.feature, "tried", why)
+		}
 	}
+	if len(missing) > 0 {
+		return fmt.Errorf("required kernel hooks unavailable on Linux %s, every alternative tried: %s", release, strings.Join(missing, "; "))
+	}
+	t.opts.Logger.Info("kernel hooks attached", "kernel", release, "hooks", strings.Join(used, ", "))
 	return nil
+}
+
+// attachHook attaches one alternative, or with adopt takes over the link
+// the previous daemon pinned for it.
+func (t *Tracer) attachHook(spec *ebpf.CollectionSpec, kernelTypes, kernel *btf.Spec, h hook, adopt bool) (adopted bool, err error) {
+	if h.fits != nil {
+		if err := h.fits(kernel); err != nil {
+			return false, err
+		}
+	}
+	pinned := t.pin != nil && h.pinned()
+	if pinned && adopt {
+		if adopted, err = t.adopt(h); adopted || err != nil {
+			return adopted, err
+		}
+	}
+	if pinned {
+		t.unpinOld(h)
+	}
+	if err := t.attach(spec, kernelTypes, h); err != nil {
+		return false, err
+	}
+	if pinned {
+		if err := t.links[len(t.links)-1].Pin(t.pin.linkPath(h.program)); err != nil {
+			return false, fmt.Errorf("pinning: %w", err)
+		}
+	}
+	return false, nil
+}
+
+// kernelRelease is the running kernel's release, as uname -r says it.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "(unknown)"
+	}
+	return unix.ByteSliceToString(u.Release[:])
 }
 
 func (t *Tracer) attach(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, h hook) error {
@@ -449,10 +508,30 @@ func kernelBTF(path string) (*btf.Spec, error) {
 	return spec, nil
 }
 
+// verifierReason is the verifier's last line that says something: the
+// log ends with statistics (instructions processed, stack depth).
+func verifierReason(log []string) string {
+	for i := len(log) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(log[i])
+		if l != "" && !strings.HasPrefix(l, "processed ") && !strings.HasPrefix(l, "verification time") && !strings.HasPrefix(l, "stack depth") {
+			return l
+		}
+	}
+	return "(no log)"
+}
+
 // explainLoadError turns the kernel's answer into one line a person can act
 // on; the verifier log stays available at debug level through %+v.
 func explainLoadError(what string, err error) error {
+	// A verifier rejection comes with EACCES too: it is told first, by
+	// the verifier's own last line.
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%s: the kernel's verifier refused it: %s", what, verifierReason(ve.Log))
+	}
 	switch {
+	case errors.Is(err, btf.ErrNotFound):
+		return fmt.Errorf("%s: not in this kernel (%v)", what, err)
 	case errors.Is(err, os.ErrPermission):
 		// checkPrivileges has passed by now: with the capabilities in
 		// hand, EPERM is the kernel's policy for this kind of program.
@@ -460,10 +539,6 @@ func explainLoadError(what string, err error) error {
 			return fmt.Errorf("%s: the kernel refused it (operation not permitted, although lattrace has the capabilities it needs: this kernel or its sandbox does not allow this kind of program)", what)
 		}
 		return fmt.Errorf("%s: permission denied: lattrace needs root, or CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN", what)
-	}
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%s: the kernel's verifier refused it: %v", what, ve)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
