@@ -20,7 +20,7 @@ APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-clie
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser apps mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -55,6 +55,11 @@ apps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; status=$$?; \
 		[ -z "$$own" ] || rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
+
+# The kernel matrix (tests/kernels): qemu, virtme-ng and Debian's 6.1 and
+# 6.12 kernels, unpacked into /var/cache/lattrace/kernels once per release.
+kernels:
+	@tests/kernels/setup.sh
 
 # bpffs for pinned maps, tracefs for classic tracepoints: neither is mounted
 # at boot on every machine.
@@ -131,7 +136,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser apps mounts check-generate lint build otelcol kubeapi helm $(GOTESTSUM)
+test: setup browser apps kernels mounts check-generate lint build otelcol kubeapi helm $(GOTESTSUM)
 	@rm -f bin/test-reruns.txt
 	@status=0; $(GOTESTSUM) --format standard-quiet --rerun-fails=1 --rerun-fails-max-failures=2 \
 		--rerun-fails-report bin/test-reruns.txt --packages ./... -- -count=1 -p 1 -timeout 20m || status=$$?; \

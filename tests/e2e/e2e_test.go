@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 		loadgen(os.Args[2])
 		return
 	}
+	// LTTEST_BIN: a binary built beforehand (the kernel matrix's
+	// guests have no Go toolchain to build one).
+	if lattrace = os.Getenv("LTTEST_BIN"); lattrace != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "lattrace-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -397,12 +402,11 @@ func checkAttached(t *testing.T, log string) {
 	}
 	attached, _ := strconv.Atoi(m[1])
 	total, _ := strconv.Atoi(m[2])
+	// Where the kernel refuses iterators over socket storage the TCP
+	// iterator stands in, and the log says what it sees less.
 	want := total
-	if err := tracer.ProbeStorageIterator(); err != nil {
-		want--
-		if !strings.Contains(log, "exchanges in progress") || !strings.Contains(log, "kernel refused") {
-			t.Errorf("the kernel refuses socket storage iterators (%v), and the log does not say which feature is off:\n%s", err, log)
-		}
+	if err := tracer.ProbeStorageIterator(); err != nil && !strings.Contains(log, "sees less") {
+		t.Errorf("the kernel refuses socket storage iterators (%v), and the log does not say what the alternative sees less:\n%s", err, log)
 	}
 	if total == 0 || attached != want {
 		t.Errorf("%d of %d hooks attached, want %d on this kernel:\n%s", attached, total, want, log)

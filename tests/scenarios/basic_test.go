@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -29,7 +30,11 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 		{"think30ms", 30 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
+			oneWay := 10 * time.Millisecond
+			if emulated {
+				oneWay = 25 * time.Millisecond
+			}
+			s := newScenario(t, symmetric(oneWay), tracer.Options{})
 			s.server(workload.ServerConfig{})
 			w := s.captureBoth()
 			recs := s.client(workload.ClientConfig{ReqSize: 100, RespSize: 1000, Think: c.think,
@@ -40,11 +45,11 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			checkSums(t, pairs)
 			med := componentMedians(pairs, true)
 			t.Logf("medians: %v", med)
-			const rtt = 20 * time.Millisecond
+			rtt := 2 * oneWay
 			if !near(med["network"], rtt) {
 				t.Errorf("network %v, want %v +- %v", med["network"], rtt, tolerance(rtt))
 			}
-			accuracy(t, "network (median)", "ms", msf(rtt), "injected: 10 ms each way", msf(med["network"]))
+			accuracy(t, "network (median)", "ms", msf(rtt), fmt.Sprintf("injected: %v each way", oneWay), msf(med["network"]))
 			var server []time.Duration
 			for _, p := range pairs {
 				server = append(server, time.Duration(p.app.ServerNs))
@@ -69,8 +74,8 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 				tsharkRTT := median(capture.RTTs(samples))
 				accuracy(t, "network (median)", "ms", msf(tsharkRTT), "tshark ACK RTT, capture at A", msf(med["network"]))
 				t.Logf("tshark median ACK RTT %v over %d samples, lattrace network %v", tsharkRTT, len(samples), med["network"])
-				if d := med["network"] - tsharkRTT; d.Abs() > tsharkRTT/20 {
-					t.Errorf("lattrace network median %v vs tshark ACK RTT median %v: more than 5 %% apart", med["network"], tsharkRTT)
+				if !near(med["network"], tsharkRTT) {
+					t.Errorf("lattrace network median %v vs tshark ACK RTT median %v: more than %v apart", med["network"], tsharkRTT, tolerance(tsharkRTT))
 				}
 			}
 			within := 0
@@ -86,7 +91,17 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 				if p.ex.First {
 					continue
 				}
-				if near(p.ex.Components.Network, x.network()) && near(p.ex.Components.Peer, x.peer()) {
+				// On an emulated CPU the relay's delay varies by
+				// milliseconds from one exchange to the next while the
+				// path estimate stays at its clean value, so there the
+				// exchange's round trip (network + peer, from its own
+				// timeline) is what is held to the wire; its split is
+				// held by the medians above.
+				ok := near(p.ex.Components.Network, x.network()) && near(p.ex.Components.Peer, x.peer())
+				if emulated {
+					ok = near(p.ex.Components.Network+p.ex.Components.Peer, x.network()+x.peer())
+				}
+				if ok {
 					within++
 				} else {
 					t.Logf("outlier: exchange %d: network %v peer %v; wire: network %v peer %v (server's own %v); path %v ack %v",
@@ -97,7 +112,7 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			// takes; when the path slows for one exchange and recovers, the
 			// estimate for that exchange lags: 90 % must be within tolerance.
 			if n := len(pairs) - 1; within < n*9/10 {
-				t.Errorf("only %d of %d exchanges within max(5 %%, 300 us) of the wire's truth", within, n)
+				t.Errorf("only %d of %d exchanges within the tolerance (max(5 %%, 300 us); emulated: max(10 %%, 2 ms)) of the wire's truth", within, n)
 			}
 		})
 	}
