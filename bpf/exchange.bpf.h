@@ -272,6 +272,10 @@ static __always_inline void turn(struct lt_sock *st, struct sock *sk, struct tcp
 		st->turns++;
 		if (st->cur.role != role)
 			return;
+		/* Written by the sweep before this turn: the next exchange's
+		 * turns count from here. */
+		if (exchange_was_written(st))
+			st->turns_emitted = st->turns;
 		if (st->cur.flags & LT_EX_PUSH) {
 			emit_exchange(st, tp, now);
 			reset_exchange(st, sk, tp, role, now);

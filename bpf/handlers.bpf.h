@@ -365,7 +365,9 @@ static __always_inline void handle_sweep(struct sock *sk, struct lt_sock *st, bo
 		emit_exchange(st, tp, now);
 		return;
 	}
-	if (!cfg.idle_write_ns)
+	/* Only where the roles are known: on a connection adopted mid-way
+	 * no later data could tell a push from the rest of a paused reply. */
+	if (!cfg.idle_write_ns || (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER))
 		return;
 	quiet = push_quiet(st, tp);
 	if (quiet < cfg.idle_write_ns)
