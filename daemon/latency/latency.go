@@ -78,35 +78,38 @@ func overlapBound(prop time.Duration) time.Duration { return max(prop-hookSlack,
 const hookSlack = 50 * time.Microsecond
 
 // earliestDeparture is the earliest the outgoing message's last byte can
-// have left: x1 itself from a TX timestamp; the write's start when x1 is
-// the write's return (the byte left inside the write, and the return is
-// read after the socket is released, late when the thread is
-// descheduled); the write's return when x1 came from a later hook (the
-// fallback), since the write saw the byte unsent.
+// have left: x1 itself when read where the byte left (a TX timestamp, the
+// segment handed to IP); the write's start when x1 is the write's return
+// (the byte left inside the write, and the return is read after the
+// socket is released, late when the thread is descheduled) or when the
+// answer came before the write returned (no w1); the write's return when
+// x1 came from a later hook (the fallback), since the write saw the byte
+// unsent.
 func earliestDeparture(e *record.Exchange) record.Mono {
 	t := &e.Timeline
 	switch {
-	case e.TxTimestamps:
+	case e.ExactDeparture():
 		return t.X1
-	case t.X1 != 0 && t.X1 == t.W1:
+	case t.X1 != 0 && t.X1 == t.W1, t.W1 == 0:
 		return t.W0
 	}
 	return t.W1
 }
 
 // departure is x1 (the write's return when none was seen), except that an
-// x1 from a later hook (the fallback: the next incoming segment, which may
-// be the reply itself) moves back to the path's round trip before the
-// reply when the reply came sooner after it: a reply cannot, so the byte
-// had left by then.
+// x1 read after the byte left (the write's return; the fallback, the next
+// incoming segment, which may be the reply itself) moves back to the
+// path's round trip before the reply when the reply came sooner after it:
+// a reply cannot, so the byte had left by then. It stays at or after the
+// earliest departure.
 func departure(e *record.Exchange) record.Mono {
 	t := &e.Timeline
 	x1 := sent(*t)
-	if e.TxTimestamps || t.X1 == t.W1 || t.R0 == 0 {
+	if e.ExactDeparture() || t.R0 == 0 {
 		return x1
 	}
 	if latest := t.R0 - record.Mono(NetworkRTT(e)); latest < x1 {
-		x1 = max(latest, t.W1)
+		x1 = max(latest, earliestDeparture(e))
 	}
 	return x1
 }

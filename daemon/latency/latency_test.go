@@ -182,6 +182,11 @@ func TestMultiplexed(t *testing.T) {
 		{"late write return", record.Timeline{W0: at(0), W1: at(3), X1: at(3), R0: at(24.1), R1: at(24.2), D1: at(24.3)}, false},
 		// x1 taken at the reply's own first segment (the fallback).
 		{"fallback x1", record.Timeline{W0: at(0), W1: at(0.01), X1: at(30), R0: at(30), R1: at(30.1), D1: at(30.2)}, false},
+		// The reply came before the write returned (no w1) and x1 was
+		// taken at it: bounded by the write's start (HTTP/2's SETTINGS
+		// ACK written as the server's next frames arrive).
+		{"reply before the write returned", record.Timeline{W0: at(0), X1: at(0.05), R0: at(0.05), R1: at(0.1), D1: at(0.2)}, true},
+		{"slow reply before the write returned", record.Timeline{W0: at(0), X1: at(30), R0: at(30), R1: at(30.1), D1: at(30.2)}, false},
 	} {
 		e := &record.Exchange{Role: record.Requester, Timeline: c.tl, MinRTT: 24 * time.Millisecond, PathRTT: 24 * time.Millisecond}
 		Attribute(e)
@@ -193,6 +198,23 @@ func TestMultiplexed(t *testing.T) {
 		if c.name == "fallback x1" && (e.Components.Network != 24*time.Millisecond || e.Components.SendWait != 6*time.Millisecond) {
 			t.Errorf("fallback x1: %+v", e.Components)
 		}
+		// The write's return bounds x1 from above as well: the byte
+		// left inside the write, a round trip before the reply at most.
+		if c.name == "late write return" && (e.Components.Network != 24*time.Millisecond || e.Components.SendWait != 100*time.Microsecond) {
+			t.Errorf("late write return: %+v", e.Components)
+		}
+	}
+	// x1 read as the segment was handed to IP is exact, as a TX
+	// timestamp: a reply sooner than the round trip after it overlaps,
+	// however long the write took.
+	xmit := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), W1: at(30.01), X1: at(30), R0: at(30.5), R1: at(30.6), D1: at(30.7)},
+		MinRTT:   24 * time.Millisecond, PathRTT: 24 * time.Millisecond, X1Transmit: true,
+	}
+	Attribute(xmit)
+	if !xmit.Multiplexed || xmit.Components.SendWait != 30*time.Millisecond {
+		t.Errorf("x1 at transmission: multiplexed %v, %+v", xmit.Multiplexed, xmit.Components)
 	}
 	lockstep := &record.Exchange{
 		Role:     record.Requester,

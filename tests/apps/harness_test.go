@@ -348,7 +348,9 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		}
 		latency++
 		if e.Components.Network < rtt-100*time.Microsecond {
-			fail("client end: network %v below the path's %v", e.Components.Network, rtt)
+			tl := e.Timeline
+			fail("client end: network %v below the path's %v (from w0: w1 %v x1 %v r0 %v, tx timestamps %v, loss %v, out %d B)",
+				e.Components.Network, rtt, tl.W1.Sub(tl.W0), tl.X1.Sub(tl.W0), tl.R0.Sub(tl.W0), e.TxTimestamps, e.Components.LossRecovery, e.BytesOut)
 		}
 		if e.First && tr.setup {
 			continue
@@ -405,6 +407,13 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		for i, e := range client {
 			if i < 4 || e.Duration-e.Components.Handshake > 40*time.Millisecond {
 				t.Logf("client %d first %v unanswered %v dur %v hs %v out %d in %d %+v", i, e.First, e.Unanswered, e.Duration, e.Components.Handshake, e.BytesOut, e.BytesIn, e.Components)
+			}
+		}
+		for i, e := range server {
+			if tl := e.Timeline; tl.R0 != 0 && tl.X1 != 0 && tl.X1.Sub(tl.R1) > 10*time.Millisecond {
+				t.Logf("server %d turns %d out %d in %d x1 transmit %v from r0: r1 %v d1 %v w0 %v w1 %v x1 %v a1 %v; send wait %v think %v",
+					i, e.Turns, e.BytesOut, e.BytesIn, e.X1Transmit, tl.R1.Sub(tl.R0), tl.D1.Sub(tl.R0), tl.W0.Sub(tl.R0), tl.W1.Sub(tl.R0), tl.X1.Sub(tl.R0), tl.A1.Sub(tl.R0),
+					e.Components.SendWait, e.Components.Think)
 			}
 		}
 	}
