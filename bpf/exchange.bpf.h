@@ -56,7 +56,7 @@ static __always_inline void reopen_x1(struct lt_sock *st, struct sock *sk, struc
 		return;
 	st->cur.x1 = 0;
 	st->cur.a1 = 0;
-	st->cur.flags &= ~LT_EX_ACK_PURE;
+	st->cur.flags &= ~(LT_EX_ACK_PURE | LT_EX_X1_XMIT);
 	st->cur.ack_rtt_us = 0;
 	st->wait_last_ns = now;
 	st->wait_cause = classify(sk, tp, now);
@@ -253,7 +253,7 @@ static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *t
 		st->hole_start_ns = 0;
 	} else {
 		ex->w0 = ex->w1 = ex->x1 = ex->a1 = 0;
-		ex->flags &= ~(LT_EX_ACK_PURE | LT_EX_CWND_RESTART);
+		ex->flags &= ~(LT_EX_ACK_PURE | LT_EX_CWND_RESTART | LT_EX_X1_XMIT);
 		ex->ack_rtt_us = 0;
 		ex->wait_cwnd_ns = ex->wait_rwnd_ns = ex->wait_sndbuf_ns = ex->wait_other_ns = ex->wait_pacing_ns = 0;
 		ex->loss_out_ns = 0;

@@ -118,7 +118,7 @@ static __always_inline void handle_segment_in(struct sock *sk, struct sk_buff *s
 	end_seq = cb->end_seq;
 	ack_seq = cb->ack_seq;
 	len = end_seq - seq;
-	if (cb->tcp_flags & 0x01) /* FIN takes a sequence number, not data */
+	if (cb->tcp_flags & TCPHDR_FIN) /* FIN takes a sequence number, not data */
 		len = len ? len - 1 : 0;
 	st->last_in_len_zero = len == 0;
 	/* New data only: a retransmitted duplicate is not an arrival. */
@@ -190,6 +190,48 @@ static __always_inline void handle_pushed(struct sock *sk)
 	tp = tcp_sk_of(sk);
 	if (tp && !after(st->out_seq_end, tp->snd_nxt))
 		mark_x1(st, tp, bpf_ktime_get_ns());
+}
+
+/* A data segment goes out (kernels without BPF TX timestamps; a
+ * retransmission does not count: snd_nxt advances after this point, so
+ * only new data is beyond it). When it ends at the last byte written, the
+ * out message so far leaves now, whoever sends it: the write, an ACK, an
+ * uncork, TCP small queues' tasklet or the pacing timer. x1 is then exact,
+ * as from a TX timestamp, and flagged so. */
+static __always_inline void handle_data_sent(struct sock *sk, struct sk_buff *skb)
+{
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	struct tcp_sock *tp;
+	struct lt_sock *st;
+	__u32 end_seq, write_end;
+	__u64 now;
+
+	st = sock_state(sk, false);
+	if (!st || st->msg_tstamp || st->phase != PHASE_OUT || !st->cur.w0)
+		return;
+	tp = tcp_sk_of(sk);
+	if (!tp)
+		return;
+	/* A FIN takes a sequence number (write_seq counts it), not data: a
+	 * close does not extend the message. */
+	end_seq = cb->end_seq;
+	write_end = tp->write_seq;
+	if (cb->tcp_flags & TCPHDR_FIN) {
+		end_seq--;
+		write_end--;
+	}
+	if (end_seq == cb->seq || end_seq != write_end || !after(end_seq, tp->snd_nxt))
+		return;
+	now = bpf_ktime_get_ns();
+	if (after(end_seq, st->out_seq_end)) {
+		/* The message grew since its end was last seen. */
+		reopen_x1(st, sk, tp, now);
+		st->out_seq_end = end_seq;
+	}
+	if (st->cur.x1)
+		return;
+	mark_x1(st, tp, now);
+	st->cur.flags |= LT_EX_X1_XMIT;
 }
 
 /* A read on any socket returned ret: d1 once the whole in message so far

@@ -165,9 +165,28 @@ int BPF_PROG(lattrace_set_state_fentry, struct sock *sk, int state)
 	return 0;
 }
 
-/* Where the kernel has no BPF TX timestamps (before 6.15): data queued
- * and not yet sent was just pushed (an ACK opened the window or ended
- * Nagle's wait, a cork was pulled, a write ended). */
+/* Where the kernel has no BPF TX timestamps (before 6.15): each segment
+ * as TCP builds its header, before IP and the device (clone_it: one that
+ * carries data and stays queued for retransmission), whatever sent it. */
+SEC("fentry/__tcp_transmit_skb")
+int BPF_PROG(lattrace_xmit_fentry, struct sock *sk, struct sk_buff *skb, int clone_it, gfp_t gfp_mask, __u32 rcv_nxt)
+{
+	if (clone_it)
+		handle_data_sent(sk, skb);
+	return 0;
+}
+
+/* Its stand-in: each data segment once IP and the device took it. */
+SEC("fentry/tcp_rate_skb_sent")
+int BPF_PROG(lattrace_sent_fentry, struct sock *sk, struct sk_buff *skb)
+{
+	handle_data_sent(sk, skb);
+	return 0;
+}
+
+/* The last stand-in: data queued and not yet sent was just pushed (an ACK
+ * opened the window or ended Nagle's wait, a cork was pulled, a write
+ * ended). */
 SEC("fexit/__tcp_push_pending_frames")
 int BPF_PROG(lattrace_push_fexit, struct sock *sk, unsigned int cur_mss, int nonagle)
 {

@@ -76,6 +76,7 @@ enum lt_exchange_flag {
 	LT_EX_UNANSWERED = 1 << 7,    /* the connection closed before the message of this exchange got its reply */
 	LT_EX_PUSH = 1 << 8,          /* the server's message, unprompted, after a complete exchange: it has no request */
 	LT_EX_UNFINISHED = 1 << 9,    /* still in progress when the daemon stopped: cut there, not a latency sample */
+	LT_EX_X1_XMIT = 1 << 10,      /* x1 read as the last byte's segment was handed to IP (no TX timestamps) */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes

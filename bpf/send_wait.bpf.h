@@ -12,7 +12,7 @@
 #include "sock_state.bpf.h"
 #include "tcp.bpf.h"
 
-/* Send-wait causes, in the order of precedence classify() applies. */
+/* Send-wait causes (classify() says in which order they are tested). */
 enum wait_cause {
 	WAIT_OTHER = 0,
 	WAIT_CWND,
@@ -31,18 +31,27 @@ static __always_inline bool paced(struct sock *sk)
 	return sk->sk_pacing_status == SK_PACING_NEEDED && sk->sk_pacing_rate != ~0UL;
 }
 
-/* What is holding back the unsent part of the out message right now. A
- * departure time ahead of now is pacing (tcp_wstamp_ns and
- * bpf_ktime_get_ns are both CLOCK_MONOTONIC). */
+/* What is holding back the unsent part of the out message right now: what
+ * holds the head of the send queue first, then a full send buffer, which
+ * keeps the rest of the message in the app. A departure time ahead of now
+ * is pacing (tcp_wstamp_ns and bpf_ktime_get_ns are both
+ * CLOCK_MONOTONIC). A paced queue fills the buffer too: under a rate cap
+ * (SO_MAX_PACING_RATE) a bigger buffer would not help, so pacing comes
+ * first; a congestion control's own pacing (BBR) follows the delivery
+ * rate the buffer allows, so there the full buffer comes first. */
 static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp, __u64 now)
 {
+	bool pacing = tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > now;
+
 	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
 		return WAIT_RWND;
 	if (in_flight(tp) >= tp->snd_cwnd)
 		return WAIT_CWND;
+	if (pacing && sk->sk_max_pacing_rate != ~0UL)
+		return WAIT_PACING;
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;
-	if (tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > now)
+	if (pacing)
 		return WAIT_PACING;
 	return WAIT_OTHER;
 }

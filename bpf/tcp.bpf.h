@@ -91,7 +91,9 @@ static __always_inline void read_flow(struct sock *sk, struct lt_flow *f)
 	}
 }
 
-/* Packets in flight, as the kernel's tcp_packets_in_flight() counts them. */
+/* tcp_skb_cb.tcp_flags: the header's flags byte. */
+#define TCPHDR_FIN 0x01
+
 /* Bytes the app has written on the connection, in 64 bits (sequence
  * numbers wrap at 4 GiB): the kernel's count of acknowledged bytes plus
  * those written and not yet acknowledged. */
@@ -100,6 +102,7 @@ static __always_inline __u64 written64(struct tcp_sock *tp)
 	return tp->bytes_acked + (__u32)(tp->write_seq - tp->snd_una);
 }
 
+/* Packets in flight, as the kernel's tcp_packets_in_flight() counts them. */
 static __always_inline __u32 in_flight(struct tcp_sock *tp)
 {
 	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;

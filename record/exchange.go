@@ -148,6 +148,10 @@ type Exchange struct {
 	// TxTimestamps: X1 and A1 came from the kernel's BPF TX timestamps;
 	// otherwise they were reconstructed from snd_nxt/snd_una.
 	TxTimestamps bool `json:"tx_timestamps"`
+	// X1Transmit: X1 was read as the segment holding the message's last
+	// byte was handed to IP (kernels without BPF TX timestamps), as exact
+	// as a TX timestamp's.
+	X1Transmit bool `json:"x1_transmit,omitempty"`
 	// First: the connection's first exchange.
 	First bool `json:"first,omitempty"`
 	// Partial: the connection was open before lattrace started and this is
@@ -202,6 +206,11 @@ type Exchange struct {
 // cut by the daemon's stop (Unfinished). A Partial exchange is one,
 // truncated.
 func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.Push && !e.Unfinished }
+
+// ExactDeparture reports whether X1 is when the last byte left, read where
+// it left (a TX timestamp, or the segment handed to IP), rather than a
+// later point that bounds it (a write's return, the next incoming segment).
+func (e *Exchange) ExactDeparture() bool { return e.TxTimestamps || e.X1Transmit }
 
 // ConnOpen is emitted when a connection is established.
 type ConnOpen struct {

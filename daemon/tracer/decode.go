@@ -185,6 +185,7 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		CwndRestart:        has(lattraceLtExchangeFlagLT_EX_CWND_RESTART),
 		SlowStartAfterIdle: has(lattraceLtExchangeFlagLT_EX_SSAI),
 		TxTimestamps:       has(lattraceLtExchangeFlagLT_EX_TX_TSTAMP),
+		X1Transmit:         has(lattraceLtExchangeFlagLT_EX_X1XMIT),
 		Partial:            has(lattraceLtExchangeFlagLT_EX_PARTIAL),
 		First:              has(lattraceLtExchangeFlagLT_EX_FIRST),
 		Greeting:           has(lattraceLtExchangeFlagLT_EX_GREETING),

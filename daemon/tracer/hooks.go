@@ -110,8 +110,13 @@ var hooks = []hook{
 		feature: "sendfile and splice: message start (w0)", attach: attachTracing, only: hasFunc("do_tcp_sendpages")},
 	{program: "lattrace_sendpage_fexit", hook: "fexit/tcp_sendpage", required: false,
 		feature: "sendfile and splice: message end (w1)", attach: attachTracing, only: hasFunc("tcp_sendpage")},
-	{program: "lattrace_push_fexit", hook: "fexit/__tcp_push_pending_frames", required: false,
-		feature: "departure (x1) of held-back data when an ACK or an uncork lets it go, without BPF TX timestamps", attach: attachTracing, only: lacksTxTimestamps},
+	{program: "lattrace_xmit_fentry", hook: "fentry/__tcp_transmit_skb", required: false,
+		feature: "exact departure (x1) of each message's last byte, without BPF TX timestamps", attach: attachTracing, only: lacksTxTimestamps,
+		fits: funcArgs("__tcp_transmit_skb", 5)},
+	{program: "lattrace_sent_fentry", hook: "fentry/tcp_rate_skb_sent", fallbackFor: "lattrace_xmit_fentry", attach: attachTracing, only: lacksTxTimestamps,
+		reduced: "read once IP and the device took the segment: late by the receive work a virtual device does on the way (veth's peer)"},
+	{program: "lattrace_push_fexit", hook: "fexit/__tcp_push_pending_frames", fallbackFor: "lattrace_xmit_fentry", attach: attachTracing, only: lacksTxTimestamps,
+		reduced: "held-back data seen leaving when an ACK, an uncork or a write pushes it, not when TCP small queues or pacing release it later"},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,
@@ -147,8 +152,9 @@ func tracepointArgs(tp string, n int) func(*btf.Spec) error {
 	}
 }
 
-// funcArgs fits an fexit program, which finds the return value after the
-// arguments, to a function of n arguments (tcp_recvmsg lost one in 5.19).
+// funcArgs fits a program that reads arguments by position (an fexit finds
+// the return value after them) to a function of n arguments (tcp_recvmsg
+// lost one in 5.19).
 func funcArgs(fn string, n int) func(*btf.Spec) error {
 	return func(k *btf.Spec) error {
 		var f *btf.Func

@@ -125,6 +125,7 @@ const (
 	lattraceLtExchangeFlagLT_EX_UNANSWERED   lattraceLtExchangeFlag = 128
 	lattraceLtExchangeFlagLT_EX_PUSH         lattraceLtExchangeFlag = 256
 	lattraceLtExchangeFlagLT_EX_UNFINISHED   lattraceLtExchangeFlag = 512
+	lattraceLtExchangeFlagLT_EX_X1XMIT       lattraceLtExchangeFlag = 1024
 )
 
 type lattraceLtExchangeRole uint32
@@ -289,11 +290,13 @@ const (
 	lattraceProgLattraceSendmsgLocked   = "lattrace_sendmsg_locked"
 	lattraceProgLattraceSendpageFexit   = "lattrace_sendpage_fexit"
 	lattraceProgLattraceSendpagesFentry = "lattrace_sendpages_fentry"
+	lattraceProgLattraceSentFentry      = "lattrace_sent_fentry"
 	lattraceProgLattraceSetState        = "lattrace_set_state"
 	lattraceProgLattraceSetStateFentry  = "lattrace_set_state_fentry"
 	lattraceProgLattraceSockops         = "lattrace_sockops"
 	lattraceProgLattraceSweep           = "lattrace_sweep"
 	lattraceProgLattraceSweepTcp        = "lattrace_sweep_tcp"
+	lattraceProgLattraceXmitFentry      = "lattrace_xmit_fentry"
 	lattraceVarCfg                      = "cfg"
 	lattraceVarSweepStopping            = "sweep_stopping"
 	lattraceVarUnusedLtConnClose        = "unused_lt_conn_close"
@@ -366,11 +369,13 @@ type lattraceProgramSpecs struct {
 	LattraceSendmsgLocked   *ebpf.ProgramSpec `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSendpageFexit   *ebpf.ProgramSpec `ebpf:"lattrace_sendpage_fexit"`
 	LattraceSendpagesFentry *ebpf.ProgramSpec `ebpf:"lattrace_sendpages_fentry"`
+	LattraceSentFentry      *ebpf.ProgramSpec `ebpf:"lattrace_sent_fentry"`
 	LattraceSetState        *ebpf.ProgramSpec `ebpf:"lattrace_set_state"`
 	LattraceSetStateFentry  *ebpf.ProgramSpec `ebpf:"lattrace_set_state_fentry"`
 	LattraceSockops         *ebpf.ProgramSpec `ebpf:"lattrace_sockops"`
 	LattraceSweep           *ebpf.ProgramSpec `ebpf:"lattrace_sweep"`
 	LattraceSweepTcp        *ebpf.ProgramSpec `ebpf:"lattrace_sweep_tcp"`
+	LattraceXmitFentry      *ebpf.ProgramSpec `ebpf:"lattrace_xmit_fentry"`
 }
 
 // lattraceMapSpecs contains maps before they are loaded into the kernel.
@@ -477,11 +482,13 @@ type lattracePrograms struct {
 	LattraceSendmsgLocked   *ebpf.Program `ebpf:"lattrace_sendmsg_locked"`
 	LattraceSendpageFexit   *ebpf.Program `ebpf:"lattrace_sendpage_fexit"`
 	LattraceSendpagesFentry *ebpf.Program `ebpf:"lattrace_sendpages_fentry"`
+	LattraceSentFentry      *ebpf.Program `ebpf:"lattrace_sent_fentry"`
 	LattraceSetState        *ebpf.Program `ebpf:"lattrace_set_state"`
 	LattraceSetStateFentry  *ebpf.Program `ebpf:"lattrace_set_state_fentry"`
 	LattraceSockops         *ebpf.Program `ebpf:"lattrace_sockops"`
 	LattraceSweep           *ebpf.Program `ebpf:"lattrace_sweep"`
 	LattraceSweepTcp        *ebpf.Program `ebpf:"lattrace_sweep_tcp"`
+	LattraceXmitFentry      *ebpf.Program `ebpf:"lattrace_xmit_fentry"`
 }
 
 func (p *lattracePrograms) Close() error {
@@ -502,11 +509,13 @@ func (p *lattracePrograms) Close() error {
 		p.LattraceSendmsgLocked,
 		p.LattraceSendpageFexit,
 		p.LattraceSendpagesFentry,
+		p.LattraceSentFentry,
 		p.LattraceSetState,
 		p.LattraceSetStateFentry,
 		p.LattraceSockops,
 		p.LattraceSweep,
 		p.LattraceSweepTcp,
+		p.LattraceXmitFentry,
 	)
 }
 
