@@ -361,6 +361,14 @@ static __always_inline void handle_close(struct sock *sk)
 	rec->bytes_sent = st->bytes_sent;
 	rec->send_skbs = st->send_skbs;
 	rec->role = st->role;
+	if (st->h2 & H2_FOLLOWED) {
+		struct h2_state *h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
+
+		if (h2 && (h2->flags & LT_H2_SEEN)) {
+			rec->h2_flags = h2->flags;
+			__builtin_memcpy(rec->h2_frames, h2->frames, sizeof(rec->h2_frames));
+		}
+	}
 	rec->_pad = 0;
 	submit(rec, sizeof(*rec));
 	/* A socket whose connect() failed may connect again: start afresh. */

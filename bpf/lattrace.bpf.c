@@ -20,6 +20,7 @@
  */
 #include "common.bpf.h"
 #include "handlers.bpf.h"
+#include "http2.bpf.h"
 #include "sockops.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -35,6 +36,8 @@ const enum lt_layout *unused_lt_layout __attribute__((unused));
 const enum lt_exchange_role *unused_lt_exchange_role __attribute__((unused));
 const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
+const enum lt_h2_flag *unused_lt_h2_flag __attribute__((unused));
+const enum lt_h2_frame *unused_lt_h2_frame __attribute__((unused));
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")
@@ -63,6 +66,21 @@ int lattrace_sockops(struct bpf_sock_ops *skops)
 		sockops_tstamp_ack(skops, bsk);
 		break;
 	}
+	return 1;
+}
+
+/* HTTP/2 framing, segment by segment as each leaves or arrives. */
+SEC("cgroup_skb/egress")
+int lattrace_h2_egress(struct __sk_buff *skb)
+{
+	h2_segment(skb, H2_OUT);
+	return 1;
+}
+
+SEC("cgroup_skb/ingress")
+int lattrace_h2_ingress(struct __sk_buff *skb)
+{
+	h2_segment(skb, H2_IN);
 	return 1;
 }
 

@@ -48,6 +48,7 @@ enum lt_counter {
 	LT_CNT_PATH_FULL,          /* a path's RTT history was dropped for another's (its slot was used within a minute) */
 	LT_CNT_IDLE_WRITTEN,       /* exchanges the sweep wrote: complete, their connection quiet */
 	LT_CNT_UNFINISHED,         /* exchanges written unfinished: the daemon stopped while they were in progress */
+	LT_CNT_H2_UNSYNCED,        /* HTTP/2 connections whose framing was lost in a direction (a gap in the segments, or more frames in one than followed) */
 	LT_CNT_MAX,
 };
 
@@ -100,12 +101,36 @@ struct lt_owner {
 	char comm[LT_COMM_LEN];
 };
 
+/* HTTP/2 frame types (RFC 9113, section 6) that lattrace counts, from the
+ * 9-byte frame headers of cleartext HTTP/2; LT_H2_OTHER for the rest
+ * (extensions). */
+enum lt_h2_frame {
+	LT_H2_DATA = 0,
+	LT_H2_HEADERS,
+	LT_H2_PRIORITY,
+	LT_H2_RST_STREAM,
+	LT_H2_SETTINGS,
+	LT_H2_PUSH_PROMISE,
+	LT_H2_PING,
+	LT_H2_GOAWAY,
+	LT_H2_WINDOW_UPDATE,
+	LT_H2_CONTINUATION,
+	LT_H2_OTHER,
+	LT_H2_TYPES,
+};
+
+/* Bits of lt_conn_close.h2_flags. */
+enum lt_h2_flag {
+	LT_H2_SEEN = 1 << 0,     /* the connection began with HTTP/2's client preface: its frames are counted */
+	LT_H2_UNSYNCED = 1 << 1, /* the framing was lost in a direction: the counts stop there */
+};
+
 /* Version of the record layouts below, in every record's header. Records
  * outlive the daemon that reads them (the ring buffer is pinned across
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 2,
+	LT_LAYOUT = 3,
 };
 
 struct lt_header {
@@ -125,6 +150,8 @@ struct lt_conn_close {
 	__u64 bytes_sent;     /* bytes those calls accepted */
 	__u64 send_skbs;      /* tcp_sendmsg_locked firings: skbs the sends filled (writes, through its fentry stand-in) */
 	__u32 role;           /* enum lt_role */
+	__u32 h2_flags;       /* enum lt_h2_flag; 0: not HTTP/2, or its framing is not read */
+	__u32 h2_frames[LT_H2_TYPES]; /* HTTP/2 frames both ways, by enum lt_h2_frame, when LT_H2_SEEN */
 	__u32 _pad;
 };
 

@@ -59,6 +59,9 @@ struct lt_sock {
 	__u8 emitted_any;
 	__u8 msg_tstamp;       /* the out message's last write is TX timestamped */
 	__u8 want_tstamp;      /* a write was held back: switch TX timestamping on */
+	/* enum h2_sock: how far HTTP/2 framing got (http2.bpf.h); both
+	 * directions set it, from different CPUs: atomic ors only. */
+	__u32 h2;
 };
 
 struct {
@@ -67,6 +70,41 @@ struct {
 	__type(key, int);
 	__type(value, struct lt_sock);
 } socks SEC(".maps");
+
+/* HTTP/2 framing (http2.bpf.h). lt_sock.h2 says how far a connection's
+ * framing got; only one that opened as HTTP/2 gets the state below, in a
+ * storage of its own, so that other connections carry none of it. */
+enum h2_sock {
+	H2_OUT_DECIDED = 1 << 0, /* the first outgoing byte was seen, or went by */
+	H2_IN_DECIDED = 1 << 1,  /* the same, incoming */
+	H2_FOLLOWED = 1 << 2,    /* it opened as HTTP/2: h2socks holds its framing */
+};
+
+#define H2_OUT 0
+#define H2_IN 1
+
+/* One direction's framing. */
+struct h2_dir {
+	__u32 next_seq; /* the next frame header */
+	__u32 max_end;  /* the furthest sequence number seen this way */
+	__u64 part;     /* the first bytes of the next header, when a segment boundary split it */
+	__u8 have;      /* how many: 1..8 */
+	__u8 on;        /* followed: its opening was seen and the framing not lost */
+	__u8 _pad[6];
+};
+
+struct h2_state {
+	struct h2_dir dir[2];      /* H2_OUT, H2_IN */
+	__u32 frames[LT_H2_TYPES]; /* both ways, by enum lt_h2_frame */
+	__u32 flags;               /* enum lt_h2_flag */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct h2_state);
+} h2socks SEC(".maps");
 
 /* The cgroup of lattrace daemon --cgroup, when cfg.filter_cgroup. */
 struct {

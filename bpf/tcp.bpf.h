@@ -19,6 +19,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 /* Sequence numbers wrap: compare them as the kernel's before()/after() do. */
 static __always_inline bool after(__u32 a, __u32 b) { return (__s32)(a - b) > 0; }
 static __always_inline bool before_eq(__u32 a, __u32 b) { return (__s32)(a - b) <= 0; }
+static __always_inline bool before(__u32 a, __u32 b) { return (__s32)(a - b) < 0; }
 
 /* A socket known to be TCP (the hook is TCP's, or the socket has state,
  * which only TCP sockets get) as its tcp_sock, read-only. The kfunc is a

@@ -19,7 +19,7 @@ import (
 func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
-	var otlpOn bool
+	var otlpOn, http2Framing bool
 	var ringMiB, maxProcs int
 	var cleanup bool
 	var cpuProfile string
@@ -36,6 +36,7 @@ func newDaemon() *cobra.Command {
 				return usageError{fmt.Errorf("--ring-buffer-mib %d: want a power of two from 1 to 1024", ringMiB)}
 			}
 			cfg.Tracer.RingBufferBytes = uint32(ringMiB) << 20
+			cfg.Tracer.NoHTTP2Framing = !http2Framing
 			if maxProcs < 0 {
 				return usageError{fmt.Errorf("--max-procs %d: want 1 or more, or 0 for Go's default", maxProcs)}
 			}
@@ -74,6 +75,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
 	f.DurationVar(&cfg.Tracer.IdleWrite, "idle-write", tracer.DefaultIdleWrite, "write a complete exchange once its connection has been quiet this long, not at its next turn (100ms..1m; negative: at the next turn or close only)")
+	f.BoolVar(&http2Framing, "http2-framing", true, "read cleartext HTTP/2's connection preface and 9-byte frame headers (never header blocks or DATA) to count its frames per connection; false leaves those programs unattached")
 	f.StringSliceVar(&cfg.Tracer.NetnsDirs, "netns-dir", []string{"/run/netns"}, "directories of bound network namespaces the idle sweep visits, with those in /proc, where the kernel refuses iterators over socket storage")
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")
 	// One CPU by default: the daemon's work is one loop draining the ring,

@@ -76,7 +76,26 @@ type ConnClose struct {
 	// without the tcp_sendmsg_locked tracepoint (before 6.16), whose
 	// stand-in fires once per write, the writes that reached TCP.
 	SendSKBs uint64 `json:"send_skbs"`
+	// HTTP2 counts the frames of a cleartext HTTP/2 connection, read from
+	// their 9-byte headers; nil when the connection is not HTTP/2 or the
+	// framing is not read (lattrace daemon --http2-framing=false).
+	HTTP2 *HTTP2Frames `json:"http2,omitempty"`
 }
+
+// HTTP2Frames counts an HTTP/2 connection's frames both ways, by type.
+type HTTP2Frames struct {
+	// Frames by type: "DATA", "HEADERS", "PRIORITY", "RST_STREAM",
+	// "SETTINGS", "PUSH_PROMISE", "PING", "GOAWAY", "WINDOW_UPDATE",
+	// "CONTINUATION", and "other" for extension types.
+	Frames map[string]uint64 `json:"frames"`
+	// Unsynced: the framing was lost in a direction (a gap in the
+	// segments it arrived in), so the counts stop there.
+	Unsynced bool `json:"unsynced,omitempty"`
+}
+
+// HTTP2FrameTypes names HTTP/2's frame types by their number (RFC 9113,
+// section 6).
+var HTTP2FrameTypes = [...]string{"DATA", "HEADERS", "PRIORITY", "RST_STREAM", "SETTINGS", "PUSH_PROMISE", "PING", "GOAWAY", "WINDOW_UPDATE", "CONTINUATION"}
 
 // Lifetime is how long the connection was established, when known.
 func (c ConnClose) Lifetime() time.Duration {

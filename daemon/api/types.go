@@ -137,6 +137,9 @@ type KernelCounters struct {
 	// daemon's stop.
 	IdleWritten uint64 `json:"exchanges_idle_written"`
 	Unfinished  uint64 `json:"exchanges_unfinished"`
+	// H2Unsynced counts HTTP/2 connections whose framing was lost in a
+	// direction.
+	H2Unsynced uint64 `json:"http2_unsynced"`
 	// NetnsUnswept counts network namespaces the sweep could not enter,
 	// once per sweep.
 	NetnsUnswept uint64 `json:"netns_unswept"`

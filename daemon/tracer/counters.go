@@ -21,6 +21,9 @@ type Counters struct {
 	// stop while still in progress.
 	IdleWritten uint64
 	Unfinished  uint64
+	// H2Unsynced counts HTTP/2 connections whose framing was lost in a
+	// direction (a gap in the segments), so their frame counts stop there.
+	H2Unsynced uint64
 	// NetnsUnswept counts the times the sweep passed over a network
 	// namespace it could not enter (their exchanges wait for the turn).
 	NetnsUnswept uint64
@@ -66,6 +69,7 @@ func (t *Tracer) Counters() (Counters, error) {
 		{lattraceLtCounterLT_CNT_PATH_FULL, &c.PathFull},
 		{lattraceLtCounterLT_CNT_IDLE_WRITTEN, &c.IdleWritten},
 		{lattraceLtCounterLT_CNT_UNFINISHED, &c.Unfinished},
+		{lattraceLtCounterLT_CNT_H2UNSYNCED, &c.H2Unsynced},
 	} {
 		if *f.dst, err = sum(f.k); err != nil {
 			return c, err

@@ -35,7 +35,28 @@ func connClose(c *lattraceLtConnClose, n *names) record.ConnClose {
 		SendCalls:   c.SendmsgCalls,
 		BytesSent:   c.BytesSent,
 		SendSKBs:    c.SendSkbs,
+		HTTP2:       http2Frames(c),
 	}
+}
+
+// http2Frames converts the close record's HTTP/2 frame counts, when the
+// connection was HTTP/2.
+func http2Frames(c *lattraceLtConnClose) *record.HTTP2Frames {
+	if c.H2Flags&uint32(lattraceLtH2FlagLT_H2SEEN) == 0 {
+		return nil
+	}
+	h := &record.HTTP2Frames{Frames: map[string]uint64{}, Unsynced: c.H2Flags&uint32(lattraceLtH2FlagLT_H2UNSYNCED) != 0}
+	for i, n := range c.H2Frames {
+		if n == 0 {
+			continue
+		}
+		name := "other"
+		if i < int(lattraceLtH2FrameLT_H2OTHER) {
+			name = record.HTTP2FrameTypes[i]
+		}
+		h.Frames[name] += uint64(n)
+	}
+	return h
 }
 
 func flow(f *lattraceLtFlow) record.Flow {

@@ -41,6 +41,9 @@ type hook struct {
 	// reduced says what this alternative sees less than the hook it
 	// stands in for, if anything.
 	reduced string
+	// off, when set, says whether the daemon's options leave this hook
+	// out (a feature the user turned off).
+	off func(*Options) bool
 }
 
 // HookStatus says whether one hook is live, for the log and the daemon's
@@ -117,8 +120,14 @@ var hooks = []hook{
 		reduced: "read once IP and the device took the segment: late by the receive work a virtual device does on the way (veth's peer)"},
 	{program: "lattrace_push_fexit", hook: "fexit/__tcp_push_pending_frames", fallbackFor: "lattrace_xmit_fentry", attach: attachTracing, only: lacksTxTimestamps,
 		reduced: "held-back data seen leaving when an ACK, an uncork or a write pushes it, not when TCP small queues or pacing release it later"},
+	{program: "lattrace_h2_egress", hook: "cgroup_skb/egress", required: false,
+		feature: "HTTP/2 framing of cleartext connections, outgoing: frame headers only (--http2-framing)",
+		attach:  attachCgroup(ebpf.AttachCGroupInetEgress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
+	{program: "lattrace_h2_ingress", hook: "cgroup_skb/ingress", required: false,
+		feature: "HTTP/2 framing of cleartext connections, incoming: frame headers only (--http2-framing)",
+		attach:  attachCgroup(ebpf.AttachCGroupInetIngress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
-		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachSockops},
+		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachCgroup(ebpf.AttachCGroupSockOps)},
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,
 		feature: "exchanges in progress in the live view (a running transfer before it ends)", attach: attachStorageIter((*Tracer).inflightIter)},
 	{program: "lattrace_inflight_tcp", hook: "iter/tcp", fallbackFor: "lattrace_inflight", iterator: true,
@@ -194,8 +203,12 @@ func attachTracing(p *ebpf.Program, _ *Tracer) (link.Link, error) {
 	return link.AttachTracing(link.TracingOptions{Program: p})
 }
 
-func attachSockops(p *ebpf.Program, t *Tracer) (link.Link, error) {
-	return link.AttachCgroup(link.CgroupOptions{Path: t.opts.CgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: p})
+// attachCgroup attaches a program to the daemon's cgroup (the node's root
+// by default) as at.
+func attachCgroup(at ebpf.AttachType) func(*ebpf.Program, *Tracer) (link.Link, error) {
+	return func(p *ebpf.Program, t *Tracer) (link.Link, error) {
+		return link.AttachCgroup(link.CgroupOptions{Path: t.opts.CgroupPath, Attach: at, Program: p})
+	}
 }
 
 // attachStorageIter links an iterator over the socket storage (it walks

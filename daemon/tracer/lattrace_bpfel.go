@@ -13,6 +13,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lattraceH2State struct {
+	_   structs.HostLayout
+	Dir [2]struct {
+		_       structs.HostLayout
+		NextSeq uint32
+		MaxEnd  uint32
+		Part    uint64
+		Have    uint8
+		On      uint8
+		Pad     [6]uint8
+	}
+	Frames [11]uint32
+	Flags  uint32
+}
+
 type lattraceLtConfig struct {
 	_            structs.HostLayout
 	WakeupBytes  uint64
@@ -34,6 +49,8 @@ type lattraceLtConnClose struct {
 	BytesSent     uint64
 	SendSkbs      uint64
 	Role          uint32
+	H2Flags       uint32
+	H2Frames      [11]uint32
 	Pad           uint32
 }
 
@@ -59,7 +76,8 @@ const (
 	lattraceLtCounterLT_CNT_PATH_FULL     lattraceLtCounter = 6
 	lattraceLtCounterLT_CNT_IDLE_WRITTEN  lattraceLtCounter = 7
 	lattraceLtCounterLT_CNT_UNFINISHED    lattraceLtCounter = 8
-	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 9
+	lattraceLtCounterLT_CNT_H2UNSYNCED    lattraceLtCounter = 9
+	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 10
 )
 
 type lattraceLtExchange struct {
@@ -147,6 +165,30 @@ type lattraceLtFlow struct {
 	Pad2   uint32
 }
 
+type lattraceLtH2Flag uint32
+
+const (
+	lattraceLtH2FlagLT_H2SEEN     lattraceLtH2Flag = 1
+	lattraceLtH2FlagLT_H2UNSYNCED lattraceLtH2Flag = 2
+)
+
+type lattraceLtH2Frame uint32
+
+const (
+	lattraceLtH2FrameLT_H2DATA          lattraceLtH2Frame = 0
+	lattraceLtH2FrameLT_H2HEADERS       lattraceLtH2Frame = 1
+	lattraceLtH2FrameLT_H2PRIORITY      lattraceLtH2Frame = 2
+	lattraceLtH2FrameLT_H2RST_STREAM    lattraceLtH2Frame = 3
+	lattraceLtH2FrameLT_H2SETTINGS      lattraceLtH2Frame = 4
+	lattraceLtH2FrameLT_H2PUSH_PROMISE  lattraceLtH2Frame = 5
+	lattraceLtH2FrameLT_H2PING          lattraceLtH2Frame = 6
+	lattraceLtH2FrameLT_H2GOAWAY        lattraceLtH2Frame = 7
+	lattraceLtH2FrameLT_H2WINDOW_UPDATE lattraceLtH2Frame = 8
+	lattraceLtH2FrameLT_H2CONTINUATION  lattraceLtH2Frame = 9
+	lattraceLtH2FrameLT_H2OTHER         lattraceLtH2Frame = 10
+	lattraceLtH2FrameLT_H2TYPES         lattraceLtH2Frame = 11
+)
+
 type lattraceLtHeader struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -174,7 +216,7 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 2
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 3
 )
 
 type lattraceLtOwner struct {
@@ -236,7 +278,7 @@ type lattraceLtSock struct {
 	EmittedAny     uint8
 	MsgTstamp      uint8
 	WantTstamp     uint8
-	_              [4]byte
+	H2             uint32
 }
 
 type lattracePathSlot struct {
@@ -272,9 +314,12 @@ const (
 	lattraceMapCgroupFilter             = "cgroup_filter"
 	lattraceMapCounters                 = "counters"
 	lattraceMapEvents                   = "events"
+	lattraceMapH2socks                  = "h2socks"
 	lattraceMapPaths                    = "paths"
 	lattraceMapSocks                    = "socks"
 	lattraceProgLattraceCongState       = "lattrace_cong_state"
+	lattraceProgLattraceH2Egress        = "lattrace_h2_egress"
+	lattraceProgLattraceH2Ingress       = "lattrace_h2_ingress"
 	lattraceProgLattraceInflight        = "lattrace_inflight"
 	lattraceProgLattraceInflightTcp     = "lattrace_inflight_tcp"
 	lattraceProgLattraceProbe           = "lattrace_probe"
@@ -305,6 +350,8 @@ const (
 	lattraceVarUnusedLtExchange         = "unused_lt_exchange"
 	lattraceVarUnusedLtExchangeFlag     = "unused_lt_exchange_flag"
 	lattraceVarUnusedLtExchangeRole     = "unused_lt_exchange_role"
+	lattraceVarUnusedLtH2Flag           = "unused_lt_h2_flag"
+	lattraceVarUnusedLtH2Frame          = "unused_lt_h2_frame"
 	lattraceVarUnusedLtInflight         = "unused_lt_inflight"
 	lattraceVarUnusedLtLayout           = "unused_lt_layout"
 	lattraceVarUnusedLtRecordKind       = "unused_lt_record_kind"
@@ -354,6 +401,8 @@ type lattraceSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceProgramSpecs struct {
 	LattraceCongState       *ebpf.ProgramSpec `ebpf:"lattrace_cong_state"`
+	LattraceH2Egress        *ebpf.ProgramSpec `ebpf:"lattrace_h2_egress"`
+	LattraceH2Ingress       *ebpf.ProgramSpec `ebpf:"lattrace_h2_ingress"`
 	LattraceInflight        *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
 	LattraceInflightTcp     *ebpf.ProgramSpec `ebpf:"lattrace_inflight_tcp"`
 	LattraceProbe           *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
@@ -385,6 +434,7 @@ type lattraceMapSpecs struct {
 	CgroupFilter *ebpf.MapSpec `ebpf:"cgroup_filter"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	H2socks      *ebpf.MapSpec `ebpf:"h2socks"`
 	Paths        *ebpf.MapSpec `ebpf:"paths"`
 	Socks        *ebpf.MapSpec `ebpf:"socks"`
 }
@@ -401,6 +451,8 @@ type lattraceVariableSpecs struct {
 	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
+	UnusedLtH2Flag       *ebpf.VariableSpec `ebpf:"unused_lt_h2_flag"`
+	UnusedLtH2Frame      *ebpf.VariableSpec `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.VariableSpec `ebpf:"unused_lt_inflight"`
 	UnusedLtLayout       *ebpf.VariableSpec `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
@@ -430,6 +482,7 @@ type lattraceMaps struct {
 	CgroupFilter *ebpf.Map `ebpf:"cgroup_filter"`
 	Counters     *ebpf.Map `ebpf:"counters"`
 	Events       *ebpf.Map `ebpf:"events"`
+	H2socks      *ebpf.Map `ebpf:"h2socks"`
 	Paths        *ebpf.Map `ebpf:"paths"`
 	Socks        *ebpf.Map `ebpf:"socks"`
 }
@@ -439,6 +492,7 @@ func (m *lattraceMaps) Close() error {
 		m.CgroupFilter,
 		m.Counters,
 		m.Events,
+		m.H2socks,
 		m.Paths,
 		m.Socks,
 	)
@@ -456,6 +510,8 @@ type lattraceVariables struct {
 	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
+	UnusedLtH2Flag       *ebpf.Variable `ebpf:"unused_lt_h2_flag"`
+	UnusedLtH2Frame      *ebpf.Variable `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.Variable `ebpf:"unused_lt_inflight"`
 	UnusedLtLayout       *ebpf.Variable `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
@@ -467,6 +523,8 @@ type lattraceVariables struct {
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattracePrograms struct {
 	LattraceCongState       *ebpf.Program `ebpf:"lattrace_cong_state"`
+	LattraceH2Egress        *ebpf.Program `ebpf:"lattrace_h2_egress"`
+	LattraceH2Ingress       *ebpf.Program `ebpf:"lattrace_h2_ingress"`
 	LattraceInflight        *ebpf.Program `ebpf:"lattrace_inflight"`
 	LattraceInflightTcp     *ebpf.Program `ebpf:"lattrace_inflight_tcp"`
 	LattraceProbe           *ebpf.Program `ebpf:"lattrace_probe"`
@@ -494,6 +552,8 @@ type lattracePrograms struct {
 func (p *lattracePrograms) Close() error {
 	return _LattraceClose(
 		p.LattraceCongState,
+		p.LattraceH2Egress,
+		p.LattraceH2Ingress,
 		p.LattraceInflight,
 		p.LattraceInflightTcp,
 		p.LattraceProbe,

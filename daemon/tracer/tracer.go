@@ -51,6 +51,10 @@ type Options struct {
 	// NoTxTimestamps turns BPF TX timestamping off: x1 and a1 are then
 	// reconstructed from snd_nxt/snd_una, as on kernels before 6.15.
 	NoTxTimestamps bool
+	// NoHTTP2Framing leaves HTTP/2's framing unread: the cgroup_skb
+	// programs that read the preface and the 9-byte frame headers of
+	// cleartext HTTP/2 (never header blocks or DATA) stay unattached.
+	NoHTTP2Framing bool
 	// IdleWrite is how long a complete exchange waits, its connection
 	// quiet, before it is written without its next turn (on an idle
 	// pooled connection that turn may be hours away); the sweep that
@@ -330,7 +334,7 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 		if h.fallbackFor != "" {
 			primary = h.fallbackFor
 		}
-		if attached[primary] || (h.program == "lattrace_sweep" && t.opts.sweepEachNetns) || (h.only != nil && !h.only(kernel)) {
+		if attached[primary] || (h.program == "lattrace_sweep" && t.opts.sweepEachNetns) || (h.only != nil && !h.only(kernel)) || (h.off != nil && h.off(&t.opts)) {
 			continue
 		}
 		adopted, err := t.attachHook(spec, kernelTypes, kernel, h, adopt)

@@ -460,6 +460,24 @@ func TestHooksOnThisKernel(t *testing.T) {
 	}
 }
 
+// TestHTTP2FramingOff: --http2-framing=false leaves the two programs that
+// read HTTP/2's frame headers unattached, and says nothing is missing.
+func TestHTTP2FramingOff(t *testing.T) {
+	tr, err := Open(Options{NoHTTP2Framing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, h := range tr.Hooks() {
+		if strings.HasPrefix(h.Program, "lattrace_h2_") {
+			t.Errorf("%s (%s) is in the hooks with HTTP/2 framing off: attached %v", h.Program, h.Hook, h.Attached)
+		}
+	}
+	if off := FeaturesOff(tr.Hooks()); len(off) != 0 {
+		t.Errorf("features off: %v", off)
+	}
+}
+
 // TestRingBufferSize: the ring buffer is as large as asked, and a size
 // the kernel would refuse is one line before anything loads.
 func TestRingBufferSize(t *testing.T) {

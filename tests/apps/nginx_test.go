@@ -40,6 +40,8 @@ func TestNginx(t *testing.T) {
 					a.check("nginx + wrk "+name, client, server, truth{requests: w.requests, samples: w.requests, extra: extra,
 						p50: quantile(w.latencies, 0.5), p99: quantile(w.latencies, 0.99), corrected: w.correct, setup: tls,
 						departures: departures(t, wire, uint16(port))})
+					// The control of TestHTTP2's frame counts.
+					a.noHTTP2Frames(uint16(port))
 				})
 			}
 		}
@@ -49,7 +51,8 @@ func TestNginx(t *testing.T) {
 // sendfile: nginx sends plain bodies with sendfile, corked with their
 // header (sendfile and tcp_nopush on, as in Debian's configuration), in
 // the kernel matrix, where it goes through tcp_sendpage on 6.1 and the
-// uncork through the fexit that stands in for TX timestamps. On a kernel
+// uncork's departure through the fentry that stands in for TX timestamps
+// (__tcp_transmit_skb). On a kernel
 // with TX timestamps a corked answer that leaves at the uncork, before
 // the socket's first held-back write switched them on, is seen to leave
 // only at the next incoming segment (README, Kernels): the host's suite

@@ -71,6 +71,17 @@ type Capture struct {
 // SIGINT so that the file stays readable, and Stop returns the path with an
 // error wrapping ctx.Err() (the capture ended early). Callers must call Stop.
 func Start(ctx context.Context, host *netlab.Host, iface, filter, dir string) (*Capture, error) {
+	return start(ctx, host, iface, filter, dir, SnapLen)
+}
+
+// StartWhole is Start keeping whole packets, payload included, for an
+// analysis that reads it (tshark's HTTP/2 dissector).
+func StartWhole(ctx context.Context, host *netlab.Host, iface, filter, dir string) (*Capture, error) {
+	return start(ctx, host, iface, filter, dir, 0)
+}
+
+// start captures snap bytes of each packet (0: all).
+func start(ctx context.Context, host *netlab.Host, iface, filter, dir string, snap int) (*Capture, error) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		return nil, fmt.Errorf("capture: tcpdump not found (apt-get install -y tcpdump): %w", err)
 	}
@@ -90,7 +101,7 @@ func Start(ctx context.Context, host *netlab.Host, iface, filter, dir string) (*
 	// the test cannot predict the owner of.
 	// --time-stamp-precision=nano: the kernel stamps in ns; microseconds
 	// would quantise every RTT sample.
-	args := []string{"-i", iface, "-n", "-s", strconv.Itoa(SnapLen), "-U", "--immediate-mode",
+	args := []string{"-i", iface, "-n", "-s", strconv.Itoa(snap), "-U", "--immediate-mode",
 		"-Z", "root", "--time-stamp-precision=nano", "-w", path}
 	if filter != "" {
 		args = append(args, filter)
@@ -140,7 +151,18 @@ func Start(ctx context.Context, host *netlab.Host, iface, filter, dir string) (*
 // test, and the capture is stopped at cleanup if the test did not.
 func StartT(t testing.TB, host *netlab.Host, iface, filter string) *Capture {
 	t.Helper()
-	c, err := Start(context.Background(), host, iface, filter, t.TempDir())
+	return startT(t, host, iface, filter, SnapLen)
+}
+
+// StartWholeT is StartT keeping whole packets (StartWhole).
+func StartWholeT(t testing.TB, host *netlab.Host, iface, filter string) *Capture {
+	t.Helper()
+	return startT(t, host, iface, filter, 0)
+}
+
+func startT(t testing.TB, host *netlab.Host, iface, filter string, snap int) *Capture {
+	t.Helper()
+	c, err := start(context.Background(), host, iface, filter, t.TempDir(), snap)
 	if err != nil {
 		t.Fatal(err)
 	}

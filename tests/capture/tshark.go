@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lattrace/lattrace/record"
 )
 
 // Frame is one TCP frame of a capture with tshark's sequence analysis.
@@ -80,8 +82,46 @@ func Frames(pcap, filter string) ([]Frame, error) {
 	return frames, nil
 }
 
+// HTTP2Frames counts the HTTP/2 frames of a whole-packet capture (StartWhole)
+// of cleartext HTTP/2 on port, both ways, by type name (record's
+// HTTP2FrameTypes; "other" for the rest), as tshark's dissector reads
+// them from the reassembled streams.
+func HTTP2Frames(pcap string, port uint16) (map[string]uint64, error) {
+	out, err := runTshark(pcap, andFilter(baseFilter, "http2.type"), []string{"http2.type"},
+		"-o", "tcp.desegment_tcp_streams:TRUE", "-d", fmt.Sprintf("tcp.port==%d,http2", port),
+		"-E", "occurrence=a", "-E", "aggregator=,")
+	if err != nil {
+		return nil, err
+	}
+	frames := map[string]uint64{}
+	for line := range strings.Lines(string(out)) {
+		for _, v := range strings.Split(strings.TrimSpace(line), ",") {
+			if v == "" {
+				continue
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("capture: tshark http2.type %q: %w", v, err)
+			}
+			name := "other"
+			if n >= 0 && n < len(record.HTTP2FrameTypes) {
+				name = record.HTTP2FrameTypes[n]
+			}
+			frames[name]++
+		}
+	}
+	return frames, nil
+}
+
 // tshark runs tshark over pcap and returns its -T fields output.
 func tshark(pcap, filter string, fields []string) ([]byte, error) {
+	// Reassembly is useless on truncated payloads and only costs time.
+	return runTshark(pcap, filter, fields, "-o", "tcp.desegment_tcp_streams:FALSE", "-E", "occurrence=f")
+}
+
+// runTshark runs tshark over pcap with the options opts and returns its
+// -T fields output.
+func runTshark(pcap, filter string, fields []string, opts ...string) ([]byte, error) {
 	if _, err := exec.LookPath("tshark"); err != nil {
 		return nil, fmt.Errorf("capture: tshark not found (apt-get install -y tshark): %w", err)
 	}
@@ -96,9 +136,8 @@ func tshark(pcap, filter string, fields []string) ([]byte, error) {
 	args := []string{"-r", pcap, "-n",
 		"-o", "tcp.analyze_sequence_numbers:TRUE",
 		"-o", "tcp.relative_sequence_numbers:TRUE",
-		// Reassembly is useless on truncated payloads and only costs time.
-		"-o", "tcp.desegment_tcp_streams:FALSE",
-		"-T", "fields", "-E", "separator=/t", "-E", "header=n", "-E", "occurrence=f"}
+		"-T", "fields", "-E", "separator=/t", "-E", "header=n"}
+	args = append(args, opts...)
 	if filter != "" {
 		args = append(args, "-Y", filter)
 	}

@@ -32,8 +32,9 @@ var suite = []struct {
 	{"daemon/tracer", "^TestHooksOnThisKernel$"},
 	// The lab: delay and think time, loss, a bulk stream.
 	{"tests/scenarios", "^(TestPathDelayAndThinkTime|TestLoss|TestOneWayStream)$"},
-	// A real server: nginx, whose bodies go out through sendfile.
-	{"tests/apps", "^TestNginx$/^cubic_1KB_tls=false$"},
+	// Real servers: nginx, whose bodies go out through sendfile; nghttpd,
+	// whose HTTP/2 frames are counted from their headers.
+	{"tests/apps", "^(TestNginx|TestHTTP2)$/^(cubic_1KB_tls=false|cubic_m1)$"},
 	// The daemon with only the chart's capabilities attaches every hook,
 	// through whichever alternative.
 	{"tests/e2e", "^TestCapabilitiesSuffice$"},
@@ -145,7 +146,7 @@ func verdicts(log string) string {
 	for _, l := range strings.Split(log, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "--- ") || strings.Contains(l, "kernel hooks attached") || strings.Contains(l, "tracing hooks_attached") ||
 			strings.Contains(l, "medians:") || strings.Contains(l, "retransmissions:") || strings.Contains(l, "stream:") ||
-			strings.Contains(l, "| nginx") {
+			strings.Contains(l, "| nginx") || strings.Contains(l, "| nghttpd") || strings.Contains(l, "HTTP/2 frames") {
 			keep = append(keep, l)
 		}
 	}
