@@ -22,7 +22,8 @@ import (
 //
 // Layout of the directory:
 //
-//	<dir>/socks, paths, events, counters, cgroup_filter   the programs' maps
+//	<dir>/socks, h2socks, paths, events, counters,
+//	      cgroup_filter                                   the programs' maps
 //	<dir>/lt_state                                        generation, output cursors
 //	<dir>/links/<program>                                 one link per attached hook
 //
@@ -31,9 +32,9 @@ import (
 // replaces them one by one on the same maps.
 
 // pinnedMaps are the maps whose contents must survive the daemon: per-socket
-// state (exchanges in progress), path RTTs, the ring buffer with its unread
-// records, the counters and the cgroup filter.
-var pinnedMaps = []string{"socks", "paths", "events", "counters", "cgroup_filter"}
+// state (exchanges in progress, HTTP/2 framing), path RTTs, the ring buffer
+// with its unread records, the counters and the cgroup filter.
+var pinnedMaps = []string{"socks", "h2socks", "paths", "events", "counters", "cgroup_filter"}
 
 const (
 	stateMapName = "lt_state"
