@@ -102,14 +102,8 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 		ex->rwnd_end = tp->snd_wnd;
 		if (!ex->cwnd_end)
 			ex->cwnd_end = tp->snd_cwnd;
-		/* bytes_received counts data only, which follows the SYN's
-		 * sequence number; bytes_acked counts the SYN too on the end
-		 * that sent it first (the ACK of our SYN moves snd_una), not on
-		 * the accepting end (whose snd_una starts past its SYN-ACK). */
-		ex->isn_remote = tp->rcv_nxt - (__u32)tp->bytes_received - 1;
-		ex->isn_local = tp->snd_una - (__u32)tp->bytes_acked;
-		if (st->role != LT_ROLE_CLIENT)
-			ex->isn_local--;
+		ex->isn_remote = isn_remote(tp);
+		ex->isn_local = isn_local(tp, st->role == LT_ROLE_CLIENT);
 	}
 	ex->out_seq = st->out_seq_start;
 	ex->in_seq = st->in_seq_start;

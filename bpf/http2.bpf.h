@@ -86,15 +86,21 @@ static __always_inline void h2_unsync(struct h2_state *h2, struct h2_dir *dir)
 	__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
 }
 
-/* One frame header, from its first four bytes (hdr4, in wire order from
- * the low byte: the 24-bit length, then the type): counted by type;
- * returns the frame's payload length. */
+/* A frame's payload length, from its header's first bytes (hdr4, in wire
+ * order from the low byte: the 24-bit length, then the type). */
+static __always_inline __u32 h2_length(__u64 hdr4)
+{
+	return ((hdr4 & 0xff) << 16) | (hdr4 & 0xff00) | ((hdr4 >> 16) & 0xff);
+}
+
+/* One frame header (hdr4 as for h2_length): counted by type; returns the
+ * frame's payload length. */
 static __always_inline __u32 h2_frame(struct h2_state *h2, __u64 hdr4)
 {
 	__u8 type = hdr4 >> 24;
 
 	h2->frames[type < LT_H2_OTHER ? type : LT_H2_OTHER]++;
-	return ((hdr4 & 0xff) << 16) | (hdr4 & 0xff00) | ((hdr4 >> 16) & 0xff);
+	return h2_length(hdr4);
 }
 
 /* The first bytes of a direction, at off: the client's preface (the
@@ -105,15 +111,14 @@ static __always_inline int h2_opening(struct __sk_buff *skb, __u32 off, __u32 le
 {
 	__u64 w[3];
 	__u8 *h = (__u8 *)w;
-	__u32 flen;
 
 	if (len >= H2_PREFACE_LEN && !bpf_skb_load_bytes(skb, off, w, H2_PREFACE_LEN) &&
 	    w[0] == H2_PREFACE_0 && w[1] == H2_PREFACE_1 && w[2] == H2_PREFACE_2)
 		return H2_PREFACE_LEN;
 	if (len < H2_HEADER_LEN || bpf_skb_load_bytes(skb, off, w, H2_HEADER_LEN))
 		return -1;
-	flen = ((__u32)h[0] << 16) | ((__u32)h[1] << 8) | h[2];
-	if (h[3] == LT_H2_SETTINGS && h[4] == 0 && !h[5] && !h[6] && !h[7] && !h[8] && flen % 6 == 0 && flen <= 16 * 6)
+	if (h[3] == LT_H2_SETTINGS && h[4] == 0 && !h[5] && !h[6] && !h[7] && !h[8] && h2_length(w[0]) % 6 == 0 &&
+	    h2_length(w[0]) <= 16 * 6)
 		return 0;
 	return -1;
 }
@@ -141,9 +146,8 @@ static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *s
 }
 
 /* A segment that may hold direction d's first byte (the initial sequence
- * number + 1, from what the socket has acknowledged or received since; a
- * client's bytes_acked counts its SYN): does the direction open as
- * HTTP/2? True when it is followed from here, with its state in h2socks. */
+ * number + 1): does the direction open as HTTP/2? True when it is
+ * followed from here, with its state in h2socks. */
 static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, struct __sk_buff *skb, int d, __u32 off, __u32 seq,
 				    __u32 len)
 {
@@ -155,10 +159,7 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 
 	if (!tp)
 		return false;
-	if (d == H2_OUT)
-		first = tp->snd_una - (__u32)tp->bytes_acked + (st->role == LT_ROLE_CLIENT);
-	else
-		first = tp->rcv_nxt - (__u32)tp->bytes_received;
+	first = (d == H2_OUT ? isn_local(tp, st->role == LT_ROLE_CLIENT) : isn_remote(tp)) + 1;
 	if (seq != first) {
 		/* The first bytes went by unseen (a gap on the way in). */
 		if (after(seq, first)) {

@@ -31,6 +31,12 @@ static __always_inline bool paced(struct sock *sk)
 	return sk->sk_pacing_status == SK_PACING_NEEDED && sk->sk_pacing_rate != ~0UL;
 }
 
+/* Has the app capped the socket's pacing rate (SO_MAX_PACING_RATE)? */
+static __always_inline bool rate_capped(struct sock *sk)
+{
+	return sk->sk_max_pacing_rate != ~0UL;
+}
+
 /* What is holding back the unsent part of the out message right now: what
  * holds the head of the send queue first, then a full send buffer, which
  * keeps the rest of the message in the app. A departure time ahead of now
@@ -47,7 +53,7 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp, __u64
 		return WAIT_RWND;
 	if (in_flight(tp) >= tp->snd_cwnd)
 		return WAIT_CWND;
-	if (pacing && sk->sk_max_pacing_rate != ~0UL)
+	if (pacing && rate_capped(sk))
 		return WAIT_PACING;
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
 		return WAIT_SNDBUF;

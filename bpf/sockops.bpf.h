@@ -87,7 +87,7 @@ static __always_inline bool will_pace(struct bpf_sock *bsk)
 
 	if (!tp)
 		return false;
-	if (paced((struct sock *)tp) || tp->inet_conn.icsk_inet.sk.sk_max_pacing_rate != ~0UL)
+	if (paced((struct sock *)tp) || rate_capped((struct sock *)tp))
 		return true;
 	BPF_CORE_READ_STR_INTO(&ca, &tp->inet_conn, icsk_ca_ops, name);
 	return ca[0] == 'b' && ca[1] == 'b' && ca[2] == 'r';

@@ -92,6 +92,21 @@ static __always_inline void read_flow(struct sock *sk, struct lt_flow *f)
 	}
 }
 
+/* The connection's initial sequence numbers, from what the socket has
+ * acknowledged and received since. bytes_received counts data only,
+ * which follows the SYN's sequence number; bytes_acked counts the SYN too
+ * on the end that sent it first (the ACK of our SYN moves snd_una), not on
+ * the accepting end (whose snd_una starts past its SYN-ACK). */
+static __always_inline __u32 isn_local(struct tcp_sock *tp, bool client)
+{
+	return tp->snd_una - (__u32)tp->bytes_acked - !client;
+}
+
+static __always_inline __u32 isn_remote(struct tcp_sock *tp)
+{
+	return tp->rcv_nxt - (__u32)tp->bytes_received - 1;
+}
+
 /* tcp_skb_cb.tcp_flags: the header's flags byte. */
 #define TCPHDR_FIN 0x01
 

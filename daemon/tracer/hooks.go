@@ -42,7 +42,8 @@ type hook struct {
 	// stands in for, if anything.
 	reduced string
 	// off, when set, says whether the daemon's options leave this hook
-	// out (a feature the user turned off).
+	// out: a feature the user turned off, or a hook whose alternative a
+	// test asks for.
 	off func(*Options) bool
 }
 
@@ -133,7 +134,8 @@ var hooks = []hook{
 	{program: "lattrace_inflight_tcp", hook: "iter/tcp", fallbackFor: "lattrace_inflight", iterator: true,
 		reduced: "the daemon's own network namespace only", attach: attachTCPIter((*Tracer).inflightIter)},
 	{program: "lattrace_sweep", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,
-		feature: "exchanges written once complete and idle, not at the next turn; in-progress ones written at the daemon's stop", attach: attachStorageIter((*Tracer).sweepIter)},
+		feature: "exchanges written once complete and idle, not at the next turn; in-progress ones written at the daemon's stop", attach: attachStorageIter((*Tracer).sweepIter),
+		off: func(o *Options) bool { return o.sweepEachNetns }},
 	{program: "lattrace_sweep_tcp", hook: "iter/tcp", fallbackFor: "lattrace_sweep", iterator: true,
 		reduced: "one network namespace at a time: needs CAP_SYS_ADMIN and the namespaces in /proc or --netns-dir", attach: attachTCPIter((*Tracer).sweepNetnsIter)},
 }

@@ -334,7 +334,7 @@ func (t *Tracer) attachAll(spec *ebpf.CollectionSpec, kernelTypes *btf.Spec, ado
 		if h.fallbackFor != "" {
 			primary = h.fallbackFor
 		}
-		if attached[primary] || (h.program == "lattrace_sweep" && t.opts.sweepEachNetns) || (h.only != nil && !h.only(kernel)) || (h.off != nil && h.off(&t.opts)) {
+		if attached[primary] || (h.only != nil && !h.only(kernel)) || (h.off != nil && h.off(&t.opts)) {
 			continue
 		}
 		adopted, err := t.attachHook(spec, kernelTypes, kernel, h, adopt)

@@ -2,13 +2,16 @@ package apps
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/capture"
 )
 
@@ -78,19 +81,8 @@ func (a *app) checkHTTP2Frames(wire *capture.Capture, port uint16) {
 	if len(want) == 0 {
 		t.Fatal("tshark found no HTTP/2 frames in the capture")
 	}
-	a.col.Mu.Lock()
-	defer a.col.Mu.Unlock()
 	ends := 0
-	for _, c := range a.col.Closes {
-		end := ""
-		switch {
-		case c.Flow.Netns == a.netnsA && c.Flow.Remote.Port() == port:
-			end = "client"
-		case c.Flow.Netns == a.netnsB && c.Flow.Local.Port() == port:
-			end = "server"
-		default:
-			continue
-		}
+	for end, c := range a.closes(port) {
 		ends++
 		if c.HTTP2 == nil {
 			t.Errorf("%s end: the close record has no HTTP/2 frame counts", end)
@@ -110,14 +102,35 @@ func (a *app) checkHTTP2Frames(wire *capture.Capture, port uint16) {
 // noHTTP2Frames holds a connection that is not HTTP/2 in clear (HTTP/1.1,
 // TLS) to close records without HTTP/2 frame counts.
 func (a *app) noHTTP2Frames(port uint16) {
-	t := a.t
-	t.Helper()
+	a.t.Helper()
 	a.quiesce()
-	a.col.Mu.Lock()
-	defer a.col.Mu.Unlock()
-	for _, c := range a.col.Closes {
-		if (c.Flow.Netns == a.netnsA && c.Flow.Remote.Port() == port || c.Flow.Netns == a.netnsB && c.Flow.Local.Port() == port) && c.HTTP2 != nil {
-			t.Errorf("%v: HTTP/2 frames %v on a connection that is not HTTP/2 in clear", c.Flow, c.HTTP2.Frames)
+	for _, c := range a.closes(port) {
+		if c.HTTP2 != nil {
+			a.t.Errorf("%v: HTTP/2 frames %v on a connection that is not HTTP/2 in clear", c.Flow, c.HTTP2.Frames)
+		}
+	}
+}
+
+// closes yields the close records of the connections to port, each with
+// its end ("client" in A, "server" in B), as ends does for exchanges.
+func (a *app) closes(port uint16) iter.Seq2[string, record.ConnClose] {
+	return func(yield func(string, record.ConnClose) bool) {
+		a.col.Mu.Lock()
+		kept := slices.Clone(a.col.Closes)
+		a.col.Mu.Unlock()
+		for _, c := range kept {
+			end := ""
+			switch {
+			case c.Flow.Netns == a.netnsA && c.Flow.Remote.Port() == port:
+				end = "client"
+			case c.Flow.Netns == a.netnsB && c.Flow.Local.Port() == port:
+				end = "server"
+			default:
+				continue
+			}
+			if !yield(end, c) {
+				return
+			}
 		}
 	}
 }
