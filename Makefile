@@ -20,7 +20,7 @@ APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-clie
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -123,6 +123,11 @@ otelcol:
 kubeapi:
 	@tests/kubeapi/build.sh >/dev/null
 
+# The gRPC workload (grpc-go at its defaults) for tests/apps, built the same
+# way (tests/grpcapp).
+grpcapp:
+	@tests/grpcapp/build.sh >/dev/null
+
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic. gotestsum runs them:
 # a test that fails is run once more on its own, because the lab's timing
@@ -136,7 +141,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser apps kernels mounts check-generate lint build otelcol kubeapi helm $(GOTESTSUM)
+test: setup browser apps kernels mounts check-generate lint build otelcol kubeapi grpcapp helm $(GOTESTSUM)
 	@rm -f bin/test-reruns.txt
 	@status=0; $(GOTESTSUM) --format standard-quiet --rerun-fails=1 --rerun-fails-max-failures=2 \
 		--rerun-fails-report bin/test-reruns.txt --packages ./... -- -count=1 -p 1 -timeout 20m || status=$$?; \

@@ -122,6 +122,8 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 	ex->path_rtt_us = rtt;
 	if (st->msg_tstamp)
 		ex->flags |= LT_EX_TX_TSTAMP;
+	if (st->h2 & H2_STREAMS)
+		ex->flags |= LT_EX_H2_STREAMS;
 	if (st->partial && !st->emitted_any)
 		ex->flags |= LT_EX_PARTIAL;
 }

@@ -13,6 +13,7 @@
 #include "common.bpf.h"
 #include "counters.bpf.h"
 #include "exchange.bpf.h"
+#include "http2.bpf.h"
 #include "ringbuf.bpf.h"
 #include "send_wait.bpf.h"
 #include "sock_state.bpf.h"
@@ -33,13 +34,18 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 	if (!tp)
 		return;
 	now = bpf_ktime_get_ns();
+	h2_write_begins(st, sk, now);
 	if (st->phase != PHASE_OUT) {
 		begin_out(st, sk, tp, now);
 	} else if (server_pushes(st, tp, now)) {
 		begin_push(st, sk, tp, now);
 		start_out(st, sk, tp, now);
 	} else if (st->cur.x1) {
-		/* A further write before any reply extends the same message. */
+		/* A further write before any reply extends the same message.
+		 * All of it had left: since then the app was writing, not the
+		 * kernel holding it. */
+		if (now > st->cur.x1)
+			st->cur.write_gaps_ns += now - st->cur.x1;
 		reopen_x1(st, sk, tp, now);
 	} else {
 		/* A later skb of a long write, or a later write of the
@@ -68,6 +74,7 @@ static __always_inline void handle_send_done(struct sock *sk, int ret)
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
 	note_owner(&st->owner);
+	h2_write_done(st, sk, ret);
 	tp = tcp_sk_of(sk);
 	if (!tp || st->phase != PHASE_OUT)
 		return;
@@ -247,6 +254,7 @@ static __always_inline void handle_recv_done(struct sock *sk, int ret, int flags
 	if (!st && (!is_tcp(sk) || !task_in_scope() || !(st = sock_state(sk, true))))
 		return;
 	note_owner(&st->owner);
+	h2_read_done(st, sk);
 	tp = tcp_sk_of(sk);
 	if (!tp || st->phase != PHASE_IN)
 		return;

@@ -18,16 +18,29 @@
  * way in, whose successors arrive first) loses the framing of that
  * direction once the walk would need bytes that already went by: counted
  * (LT_CNT_H2_UNSYNCED), and flagged on the connection.
+ *
+ * Once the client's preface is seen (H2_STREAMS), the connection's streams
+ * are followed: each frame of a stream (DATA, HEADERS, RST_STREAM) and
+ * each incoming WINDOW_UPDATE leaves an event when its last byte crosses
+ * the socket's edge, and each write
+ * and read one with its sequence numbers (LT_RECORD_H2). User space
+ * (daemon/streams) cuts them into one exchange per stream; the
+ * connection's own exchanges are then flagged LT_EX_H2_STREAMS. Losing
+ * the framing either way ends that: the connection falls back to its own
+ * exchanges.
  */
 #ifndef LATTRACE_HTTP2_BPF_H
 #define LATTRACE_HTTP2_BPF_H
 
 #include "common.bpf.h"
 #include "counters.bpf.h"
+#include "path_rtt.bpf.h"
+#include "ringbuf.bpf.h"
 #include "sock_state.bpf.h"
 #include "tcp.bpf.h"
 
 #define H2_HEADER_LEN 9
+#define H2_END_STREAM 0x1
 #define H2_PREFACE_LEN 24
 /* Frame headers followed in one segment: a GSO segment holds up to 64 KB,
  * and frames are at least 9 bytes; more in one segment is counted as lost
@@ -71,16 +84,21 @@ static __always_inline bool tcp_payload(struct __sk_buff *skb, __u32 *off, __u32
 }
 
 /* v, known to be 1..8, in a form older verifiers (6.1) can bound: they
- * lose a range checked as (v - 1) > 7, which is how clang compiles it. */
+ * lose a range checked as (v - 1) > 7, which is how clang compiles it.
+ * The empty asm hides v's range from clang, which would otherwise drop
+ * the mask as redundant. */
 static __always_inline __u32 one_to_eight(__u32 v)
 {
-	return ((v - 1) & 7) + 1;
+	v -= 1;
+	barrier_var(v);
+	return (v & 7) + 1;
 }
 
 /* The framing of this direction is lost: it is followed no further. */
-static __always_inline void h2_unsync(struct h2_state *h2, struct h2_dir *dir)
+static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir)
 {
 	dir->on = 0;
+	__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
 	if ((h2->flags & (LT_H2_SEEN | LT_H2_UNSYNCED)) == LT_H2_SEEN)
 		count(LT_CNT_H2_UNSYNCED);
 	__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
@@ -93,14 +111,108 @@ static __always_inline __u32 h2_length(__u64 hdr4)
 	return ((hdr4 & 0xff) << 16) | (hdr4 & 0xff00) | ((hdr4 >> 16) & 0xff);
 }
 
-/* One frame header (hdr4 as for h2_length): counted by type; returns the
- * frame's payload length. */
-static __always_inline __u32 h2_frame(struct h2_state *h2, __u64 hdr4)
+/* An event of a followed connection, its common part filled; 0 when the
+ * ring buffer is full (counted). */
+static __always_inline struct lt_h2_event *h2_event(struct lt_sock *st, __u32 kind, __u64 now)
 {
-	__u8 type = hdr4 >> 24;
+	struct lt_h2_event *ev = reserve(sizeof(*ev), LT_RECORD_H2, now);
 
-	h2->frames[type < LT_H2_OTHER ? type : LT_H2_OTHER]++;
-	return h2_length(hdr4);
+	if (!ev)
+		return 0;
+	ev->cookie = st->cookie;
+	ev->flow = st->flow;
+	ev->owner = st->owner;
+	ev->kind = kind;
+	ev->conn_role = st->role;
+	ev->seq = 0;
+	ev->end_seq = 0;
+	ev->t0 = 0;
+	ev->t1 = now;
+	ev->stream = 0;
+	ev->type = 0;
+	ev->flags = 0;
+	ev->_pad = 0;
+	ev->srtt_us = 0;
+	ev->min_rtt_us = 0;
+	ev->path_rtt_us = 0;
+	ev->path_min_rtt_us = 0;
+	ev->isn_local = 0;
+	ev->isn_remote = 0;
+	ev->syn_ns = st->syn_ns;
+	return ev;
+}
+
+/* A frame of a stream, [seq, end), crossed the socket's edge way d: its
+ * header at t0, its last byte now. An incoming HEADERS, which opens a
+ * request or an answer, carries the RTTs the answer's network part is
+ * taken from. */
+static __always_inline void h2_frame_event(struct lt_sock *st, struct tcp_sock *tp, int d, __u32 stream, __u8 type, __u8 flags,
+					   __u32 seq, __u32 end, __u64 t0, __u64 now)
+{
+	struct lt_h2_event *ev = h2_event(st, d == H2_OUT ? LT_H2_FRAME_OUT : LT_H2_FRAME_IN, now);
+	struct path_rtt *p;
+
+	if (!ev)
+		return;
+	ev->seq = seq;
+	ev->end_seq = end;
+	ev->t0 = t0;
+	ev->stream = stream;
+	ev->type = type;
+	ev->flags = flags;
+	ev->isn_local = isn_local(tp, st->role == LT_ROLE_CLIENT);
+	ev->isn_remote = isn_remote(tp);
+	if (d == H2_IN && type == LT_H2_HEADERS) {
+		ev->srtt_us = tp->srtt_us >> 3;
+		ev->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v;
+		p = path_get(&st->flow, now);
+		if (p) {
+			ev->path_rtt_us = winmin_get(&p->recent, now);
+			ev->path_min_rtt_us = p->min_rtt_us;
+		}
+	}
+	submit(ev, sizeof(*ev));
+}
+
+/* One whole frame header at fseq, in a segment ending at end: lo holds
+ * its first eight bytes in wire order from the low byte (the 24-bit
+ * length, the type, the flags, three bytes of the stream id), b8 the
+ * ninth. Counted by type; a stream's frame gets its event now if its last
+ * byte is in this segment, else when that passes (pend_*). Returns the
+ * frame's payload length. */
+static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, struct tcp_sock *tp, int d,
+				      __u64 lo, __u8 b8, __u32 fseq, __u32 end, __u64 now)
+{
+	__u8 type = lo >> 24, flags = lo >> 32;
+	__u32 flen = h2_length(lo), stream, fend, i;
+
+	/* The index is checked where it is used: 6.1's verifier loses a
+	 * bound that clang checks on a copy. */
+	i = type < LT_H2_OTHER ? type : LT_H2_OTHER;
+	barrier_var(i);
+	if (i < LT_H2_TYPES)
+		h2->frames[i]++;
+	stream = (((lo >> 40) & 0x7f) << 24) | (((lo >> 48) & 0xff) << 16) | (((lo >> 56) & 0xff) << 8) | b8;
+	if (!(st->h2 & H2_STREAMS))
+		return flen;
+	/* A stream's frames, and the peer's WINDOW_UPDATEs, which a stream
+	 * held by HTTP/2's flow control waits for (stream 0: the
+	 * connection's window). */
+	if (!(stream && (type == LT_H2_DATA || type == LT_H2_HEADERS || type == LT_H2_RST_STREAM)) &&
+	    !(type == LT_H2_WINDOW_UPDATE && d == H2_IN))
+		return flen;
+	fend = fseq + H2_HEADER_LEN + flen;
+	if (!after(fend, end)) {
+		h2_frame_event(st, tp, d, stream, type, flags, fseq, fend, now, now);
+		return flen;
+	}
+	dir->pend_on = 1;
+	dir->pend_type = type;
+	dir->pend_flags = flags;
+	dir->pend_stream = stream;
+	dir->pend_seq = fseq;
+	dir->pend_t0 = now;
+	return flen;
 }
 
 /* The first bytes of a direction, at off: the client's preface (the
@@ -137,6 +249,7 @@ static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *s
 	if (!h2)
 		return;
 	if (h2->flags & LT_H2_SEEN) {
+		__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
 		__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
 		count(LT_CNT_H2_UNSYNCED);
 		return;
@@ -148,17 +261,14 @@ static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *s
 /* A segment that may hold direction d's first byte (the initial sequence
  * number + 1): does the direction open as HTTP/2? True when it is
  * followed from here, with its state in h2socks. */
-static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, struct __sk_buff *skb, int d, __u32 off, __u32 seq,
-				    __u32 len)
+static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, struct tcp_sock *tp, struct __sk_buff *skb, int d,
+				    __u32 off, __u32 seq, __u32 len)
 {
 	__u32 decided = d == H2_OUT ? H2_OUT_DECIDED : H2_IN_DECIDED;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	struct h2_state *h2;
 	__u32 first;
 	int opening;
 
-	if (!tp)
-		return false;
 	first = (d == H2_OUT ? isn_local(tp, st->role == LT_ROLE_CLIENT) : isn_remote(tp)) + 1;
 	if (seq != first) {
 		/* The first bytes went by unseen (a gap on the way in). */
@@ -184,34 +294,46 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 		count(LT_CNT_STORAGE_FAIL);
 		return false;
 	}
-	if (opening == H2_PREFACE_LEN)
-		__sync_fetch_and_or(&h2->flags, LT_H2_SEEN);
 	h2->dir[d].next_seq = seq + opening;
 	h2->dir[d].max_end = seq + opening;
 	h2->dir[d].on = 1;
 	__sync_fetch_and_or(&st->h2, H2_FOLLOWED);
+	if (opening == H2_PREFACE_LEN) {
+		__sync_fetch_and_or(&h2->flags, LT_H2_SEEN);
+		if (!(h2->flags & LT_H2_UNSYNCED))
+			__sync_fetch_and_or(&st->h2, H2_STREAMS);
+	}
 	return true;
 }
 
-/* Walks direction dir's frame headers through the segment's payload
- * (len bytes at off, from sequence number seq). Bytes load into stack
- * words at fixed places: older verifiers (6.1, 6.12) refuse a load into
- * the map value at a variable offset. */
-static __always_inline void h2_walk(struct h2_state *h2, struct h2_dir *dir, struct __sk_buff *skb, __u32 off, __u32 seq, __u32 len)
+/* Walks direction d's frame headers through the segment's payload (len
+ * bytes at off, from sequence number seq). Bytes load into stack words at
+ * fixed places: older verifiers (6.1, 6.12) refuse a load into the map
+ * value at a variable offset. */
+static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, struct tcp_sock *tp, int d, struct __sk_buff *skb,
+				    __u32 off, __u32 seq, __u32 len)
 {
+	struct h2_dir *dir = &h2->dir[d & 1];
 	__u32 end = seq + len, need, flen, want, have;
-	__u64 hdr[2], rest;
+	__u64 hdr[2], rest, now = bpf_ktime_get_ns();
 	__s32 rel;
 	int i;
 
 	if (after(end, dir->max_end))
 		dir->max_end = end;
 
+	/* A stream's frame whose last byte is in this segment. */
+	if (dir->pend_on && !before(end, dir->next_seq)) {
+		dir->pend_on = 0;
+		h2_frame_event(st, tp, d, dir->pend_stream, dir->pend_type, dir->pend_flags, dir->pend_seq, dir->next_seq, dir->pend_t0,
+			       now);
+	}
+
 	/* The rest of a header whose first bytes ended an earlier segment. */
 	have = dir->have;
 	if (have) {
 		if (have >= H2_HEADER_LEN) {
-			h2_unsync(h2, dir);
+			h2_unsync(st, h2, dir);
 			return;
 		}
 		want = dir->next_seq + have;
@@ -221,18 +343,18 @@ static __always_inline void h2_walk(struct h2_state *h2, struct h2_dir *dir, str
 		need = H2_HEADER_LEN - have;
 		if (need < 1 || need > 8 || len - rel < need) {
 			/* Still not whole (a segment of a few bytes). */
-			h2_unsync(h2, dir);
+			h2_unsync(st, h2, dir);
 			return;
 		}
 		rest = 0;
 		if (bpf_skb_load_bytes(skb, off + rel, &rest, one_to_eight(need)))
 			return;
-		/* The length and type (the first four bytes) are in the kept
-		 * part, or straddle it and the rest. */
+		/* The kept part holds the header's first `have` bytes, rest
+		 * the others: the ninth is rest's byte need - 1. */
 		hdr[0] = dir->part;
-		if (have < 4)
+		if (have < 8)
 			hdr[0] |= rest << (8 * have);
-		flen = h2_frame(h2, hdr[0]);
+		flen = h2_frame(st, h2, dir, tp, d, hdr[0], rest >> (8 * ((need - 1) & 7)), dir->next_seq, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 		dir->have = 0;
 	}
@@ -254,12 +376,13 @@ static __always_inline void h2_walk(struct h2_state *h2, struct h2_dir *dir, str
 			dir->have = need;
 			return;
 		}
+		hdr[1] = 0;
 		if (bpf_skb_load_bytes(skb, off + rel, hdr, H2_HEADER_LEN))
 			return;
-		flen = h2_frame(h2, hdr[0]);
+		flen = h2_frame(st, h2, dir, tp, d, hdr[0], hdr[1], want, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 	}
-	h2_unsync(h2, dir);
+	h2_unsync(st, h2, dir);
 	return;
 
 check_gap:
@@ -267,7 +390,7 @@ check_gap:
 	 * (they came before a gap was filled): the framing is lost. Before
 	 * this segment (a gap yet to fill) they are still to come. */
 	if (rel >= 0 && !before(want, end) && before(want, dir->max_end))
-		h2_unsync(h2, dir);
+		h2_unsync(st, h2, dir);
 }
 
 /* A segment of the connection leaves (d = H2_OUT) or arrives (H2_IN). */
@@ -276,6 +399,7 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 	__u32 decided = d == H2_OUT ? H2_OUT_DECIDED : H2_IN_DECIDED;
 	struct bpf_sock *sk = skb->sk;
 	struct h2_state *h2;
+	struct tcp_sock *tp;
 	struct lt_sock *st;
 	__u32 off, seq;
 
@@ -290,12 +414,78 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 		return;
 	if (!tcp_payload(skb, &off, &seq) || skb->len <= off)
 		return;
-	if (!(st->h2 & decided) && !h2_open(st, sk, skb, d, off, seq, skb->len - off))
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	if (!(st->h2 & decided) && !h2_open(st, sk, tp, skb, d, off, seq, skb->len - off))
 		return;
 	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
-	if (!h2 || !h2->dir[d].on)
+	if (!h2 || !h2->dir[d & 1].on)
 		return;
-	h2_walk(h2, &h2->dir[d], skb, off, seq, skb->len - off);
+	if (!st->cookie)
+		st->cookie = bpf_get_socket_cookie(skb);
+	h2_walk(st, h2, tp, d, skb, off, seq, skb->len - off);
+}
+
+/* A write call begins on a followed connection (its first
+ * tcp_sendmsg_locked). */
+static __always_inline void h2_write_begins(struct lt_sock *st, struct sock *sk, __u64 now)
+{
+	struct h2_state *h2;
+
+	if (!(st->h2 & H2_STREAMS))
+		return;
+	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
+	if (h2 && !h2->write_t0)
+		h2->write_t0 = now;
+}
+
+/* A write call that accepted ret bytes returned on a followed connection:
+ * they are the last ret bytes written. */
+static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, int ret)
+{
+	struct lt_h2_event *ev;
+	struct h2_state *h2;
+	struct tcp_sock *tp;
+	__u64 now, t0;
+
+	if (!(st->h2 & H2_STREAMS))
+		return;
+	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
+	tp = tcp_sk_of(sk);
+	if (!h2 || !tp)
+		return;
+	now = bpf_ktime_get_ns();
+	t0 = h2->write_t0 ? h2->write_t0 : now;
+	h2->write_t0 = 0;
+	sock_cookie(st, sk);
+	ev = h2_event(st, LT_H2_WRITE, now);
+	if (!ev)
+		return;
+	ev->end_seq = tp->write_seq;
+	ev->seq = ev->end_seq - ret;
+	ev->t0 = t0;
+	submit(ev, sizeof(*ev));
+}
+
+/* A read returned on a followed connection: everything before copied_seq
+ * is read. */
+static __always_inline void h2_read_done(struct lt_sock *st, struct sock *sk)
+{
+	struct lt_h2_event *ev;
+	struct tcp_sock *tp;
+
+	if (!(st->h2 & H2_STREAMS))
+		return;
+	tp = tcp_sk_of(sk);
+	if (!tp)
+		return;
+	sock_cookie(st, sk);
+	ev = h2_event(st, LT_H2_READ, bpf_ktime_get_ns());
+	if (!ev)
+		return;
+	ev->seq = tp->copied_seq;
+	submit(ev, sizeof(*ev));
 }
 
 #endif /* LATTRACE_HTTP2_BPF_H */

@@ -38,6 +38,8 @@ const struct lt_inflight *unused_lt_inflight __attribute__((unused));
 const enum lt_exchange_flag *unused_lt_exchange_flag __attribute__((unused));
 const enum lt_h2_flag *unused_lt_h2_flag __attribute__((unused));
 const enum lt_h2_frame *unused_lt_h2_frame __attribute__((unused));
+const struct lt_h2_event *unused_lt_h2_event __attribute__((unused));
+const enum lt_h2_event_kind *unused_lt_h2_event_kind __attribute__((unused));
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")

@@ -33,6 +33,7 @@ enum lt_record_kind {
 	LT_RECORD_CONN_CLOSE = 1, /* a connection ended: its lifetime and totals */
 	LT_RECORD_CONN_OPEN = 2,  /* a connection was established */
 	LT_RECORD_EXCHANGE = 3,   /* one exchange (a message each way) was closed */
+	LT_RECORD_H2 = 4,         /* an HTTP/2 frame, write or read on a connection whose streams are followed */
 };
 
 /* Counters the programs keep about themselves, one slot each in the per-CPU
@@ -78,6 +79,7 @@ enum lt_exchange_flag {
 	LT_EX_PUSH = 1 << 8,          /* the server's message, unprompted, after a complete exchange: it has no request */
 	LT_EX_UNFINISHED = 1 << 9,    /* still in progress when the daemon stopped: cut there, not a latency sample */
 	LT_EX_X1_XMIT = 1 << 10,      /* x1 read as the last byte's segment was handed to IP (no TX timestamps) */
+	LT_EX_H2_STREAMS = 1 << 11,   /* the connection's HTTP/2 streams are followed: exchanges per stream (LT_RECORD_H2) replace this one */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes
@@ -130,7 +132,7 @@ enum lt_h2_flag {
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 3,
+	LT_LAYOUT = 4,
 };
 
 struct lt_header {
@@ -205,6 +207,43 @@ struct lt_exchange {
 	__u32 turns_exchange; /* turns since the connection's previous exchange */
 	char cong[16];        /* congestion control, read when the cwnd restarted */
 	__u64 wait_pacing_ns; /* out message held until its pacing departure time */
+	/* Out message: time between a write and the next one with all of it
+	 * written so far already sent: the app writing it in pieces. */
+	__u64 write_gaps_ns;
+};
+
+/* Kinds of lt_h2_event. */
+enum lt_h2_event_kind {
+	LT_H2_FRAME_OUT = 1, /* a frame of a stream left, its last byte handed to IP */
+	LT_H2_FRAME_IN = 2,  /* a frame of a stream arrived, its last byte passed to TCP */
+	LT_H2_WRITE = 3,     /* a write returned */
+	LT_H2_READ = 4,      /* a read returned */
+};
+
+/* LT_RECORD_H2: what user space needs to cut a followed HTTP/2
+ * connection into one exchange per stream (daemon/streams): the frames
+ * of streams (DATA, HEADERS, RST_STREAM) and the peer's WINDOW_UPDATEs
+ * (not the other control frames) as they cross the socket's edge, and the writes and reads,
+ * which place the app's side of them by sequence number. */
+struct lt_h2_event {
+	struct lt_header hdr;
+	__u64 cookie;
+	struct lt_flow flow;
+	struct lt_owner owner;
+	__u32 kind;      /* enum lt_h2_event_kind */
+	__u32 conn_role; /* enum lt_role */
+	__u32 seq;       /* frame: its first byte; write: the first byte written; read: the first byte not yet read */
+	__u32 end_seq;   /* frame: after its last byte; write: after the last byte written */
+	__u64 t0;        /* frame: its header passed; write: the call began */
+	__u64 t1;        /* frame: its last byte passed; write and read: the call returned */
+	__u32 stream;    /* frame: its stream id */
+	__u8 type;       /* frame: enum lt_h2_frame */
+	__u8 flags;      /* frame: its flags (END_STREAM 0x1) */
+	__u16 _pad;
+	/* Incoming HEADERS: the RTTs when it arrived (see lt_exchange). */
+	__u32 srtt_us, min_rtt_us, path_rtt_us, path_min_rtt_us;
+	__u32 isn_local, isn_remote;
+	__u64 syn_ns; /* the connection's SYN, when the local end connected */
 };
 
 /* What a socket is doing now, written by the iterator over the socket

@@ -78,6 +78,10 @@ enum h2_sock {
 	H2_OUT_DECIDED = 1 << 0, /* the first outgoing byte was seen, or went by */
 	H2_IN_DECIDED = 1 << 1,  /* the same, incoming */
 	H2_FOLLOWED = 1 << 2,    /* it opened as HTTP/2: h2socks holds its framing */
+	/* The client's preface was seen and no direction's framing is lost:
+	 * its streams are followed (LT_RECORD_H2), its exchanges flagged
+	 * LT_EX_H2_STREAMS. */
+	H2_STREAMS = 1 << 3,
 };
 
 #define H2_OUT 0
@@ -90,13 +94,20 @@ struct h2_dir {
 	__u64 part;     /* the first bytes of the next header, when a segment boundary split it */
 	__u8 have;      /* how many: 1..8 */
 	__u8 on;        /* followed: its opening was seen and the framing not lost */
-	__u8 _pad[6];
+	/* A frame of a stream whose header was read and whose last byte
+	 * (next_seq) is still to pass: its event waits for it. */
+	__u8 pend_on, pend_type, pend_flags;
+	__u8 _pad[3];
+	__u32 pend_stream, pend_seq;
+	__u64 pend_t0;
 };
 
 struct h2_state {
 	struct h2_dir dir[2];      /* H2_OUT, H2_IN */
 	__u32 frames[LT_H2_TYPES]; /* both ways, by enum lt_h2_frame */
 	__u32 flags;               /* enum lt_h2_flag */
+	__u32 _pad;
+	__u64 write_t0; /* the write in progress began (0: none) */
 };
 
 struct {

@@ -153,6 +153,10 @@ static __always_inline void sockops_rtt(struct bpf_sock_ops *skops, struct bpf_s
 		tstamp_on(skops, st);
 	if (!rtt)
 		return;
+	/* HTTP/2's streams and control frames overlap: the connection's
+	 * messages tell no clean sample. */
+	if (st->h2 & H2_STREAMS)
+		return;
 	/* Clean samples only: a pure ACK (no reply data riding on it, so
 	 * no peer think time) of the middle of a message, with more of it
 	 * in flight (so not the delayed ACK of its last segment). The

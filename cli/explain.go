@@ -195,9 +195,9 @@ func (e explanation) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nWhere the time goes (mean exchange %s):\n", dur(total))
 	fmt.Fprintf(w, "  network    %9s %s  propagation %s + queueing %s\n", dur(e.split.Network), share(e.split.Network), dur(c.Propagation), dur(c.Queueing))
-	fmt.Fprintf(w, "  transport  %9s %s  send wait %s (cwnd %s, rwnd %s, sndbuf %s, pacing %s, other %s), loss recovery %s, handshake %s, receive %s\n",
+	fmt.Fprintf(w, "  transport  %9s %s  send wait %s (cwnd %s, rwnd %s, sndbuf %s, pacing %s, flow control %s, other %s), loss recovery %s, handshake %s, receive %s\n",
 		dur(e.split.Transport), share(e.split.Transport), dur(c.SendWait), dur(c.SendWaitCwnd), dur(c.SendWaitRwnd),
-		dur(c.SendWaitSndbuf), dur(c.SendWaitPacing), dur(c.SendWaitOther), dur(c.LossRecovery), dur(c.Handshake), dur(c.Receive))
+		dur(c.SendWaitSndbuf), dur(c.SendWaitPacing), dur(c.SendWaitFlowControl), dur(c.SendWaitOther), dur(c.LossRecovery), dur(c.Handshake), dur(c.Receive))
 	fmt.Fprintf(w, "  app        %9s %s  peer %s, local read %s, local think %s\n", dur(e.split.App), share(e.split.App), dur(c.Peer), dur(c.LocalRead), dur(c.Think))
 	if d := e.split.Dominant(); d != "" {
 		fmt.Fprintf(w, "  Most of it is %s.\n", d)

@@ -49,7 +49,10 @@ type Components struct {
 	SendWaitRwnd   time.Duration `json:"send_wait_rwnd_ns"`
 	SendWaitSndbuf time.Duration `json:"send_wait_sndbuf_ns"`
 	SendWaitPacing time.Duration `json:"send_wait_pacing_ns"` // TCP holding data until its departure time
-	SendWaitOther  time.Duration `json:"send_wait_other_ns"`  // Nagle, cork, the app writing in pieces
+	// SendWaitFlowControl is an HTTP/2 stream's data held by the app's
+	// HTTP/2 library until the peer's WINDOW_UPDATE opened its window.
+	SendWaitFlowControl time.Duration `json:"send_wait_flow_control_ns,omitempty"`
+	SendWaitOther       time.Duration `json:"send_wait_other_ns"` // Nagle, cork, the app writing in pieces
 
 	// LossRecovery is time lost to retransmissions, either direction.
 	LossRecovery time.Duration `json:"loss_recovery_ns"`
@@ -191,6 +194,12 @@ type Exchange struct {
 	// (Metrics.Unfinished).
 	Unfinished bool `json:"unfinished,omitempty"`
 
+	// Stream is set on an exchange of one HTTP/2 stream, cut from the
+	// framing of cleartext HTTP/2 (daemon/streams): the request is the
+	// stream's frames from its HEADERS to the client's END_STREAM, the
+	// answer the server's, and the points are those of its own bytes.
+	Stream *HTTP2Stream `json:"http2_stream,omitempty"`
+
 	// Peer names the remote end in a cluster: the pod or Service behind
 	// the remote address (filled in by the daemon).
 	Peer *K8s `json:"peer_k8s,omitempty"`
@@ -211,6 +220,22 @@ func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.P
 // it left (a TX timestamp, or the segment handed to IP), rather than a
 // later point that bounds it (a write's return, the next incoming segment).
 func (e *Exchange) ExactDeparture() bool { return e.TxTimestamps || e.X1Transmit }
+
+// HTTP2Stream is what an exchange of one HTTP/2 stream adds.
+type HTTP2Stream struct {
+	ID uint32 `json:"id"`
+	// DataOut and DataIn count the stream's DATA frames each way: a
+	// streaming call's messages, when each fits a frame (16 KB unless the
+	// peer allows more).
+	DataOut uint32 `json:"data_frames_out"`
+	DataIn  uint32 `json:"data_frames_in"`
+	// Reset: the stream ended with RST_STREAM, either way.
+	Reset bool `json:"reset,omitempty"`
+	// InGaps is time inside the incoming message when the stream was
+	// silent for longer than two round trips: a streamed message's pauses
+	// between its parts. It counts as the peer's (Peer), not as receive.
+	InGaps time.Duration `json:"in_gaps_ns,omitempty"`
+}
 
 // ConnOpen is emitted when a connection is established.
 type ConnOpen struct {
@@ -236,6 +261,16 @@ type ExchangeRaw struct {
 	WaitSndbuf time.Duration `json:"wait_sndbuf_ns"`
 	WaitPacing time.Duration `json:"wait_pacing_ns"`
 	WaitOther  time.Duration `json:"wait_other_ns"`
+	// WriteGaps is time inside the outgoing message when all of it
+	// written so far had left: the app writing it in pieces (a streamed
+	// message, a control frame written ahead of an answer). It counts as
+	// the local app's (Think), not as send wait.
+	WriteGaps time.Duration `json:"write_gaps_ns,omitempty"`
+	// WaitFlowControl is the part of the outgoing message's time, outside
+	// WriteGaps, that an HTTP/2 stream waited for its flow-control window:
+	// all of it written so far had left, and the next write came as the
+	// peer's WINDOW_UPDATE arrived.
+	WaitFlowControl time.Duration `json:"wait_flow_control_ns,omitempty"`
 }
 
 // InFlight is a connection's exchange in progress, read from the kernel

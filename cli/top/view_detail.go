@@ -278,7 +278,7 @@ func sendWait(c record.Components) string {
 	for _, k := range []struct {
 		name string
 		d    time.Duration
-	}{{"cwnd", c.SendWaitCwnd}, {"rwnd", c.SendWaitRwnd}, {"sndbuf", c.SendWaitSndbuf}, {"pacing", c.SendWaitPacing}, {"other", c.SendWaitOther}} {
+	}{{"cwnd", c.SendWaitCwnd}, {"rwnd", c.SendWaitRwnd}, {"sndbuf", c.SendWaitSndbuf}, {"pacing", c.SendWaitPacing}, {"flow control", c.SendWaitFlowControl}, {"other", c.SendWaitOther}} {
 		if k.d > 0 {
 			causes = append(causes, k.name+" "+fmtDur(k.d))
 		}

@@ -38,6 +38,7 @@ const (
 	csSendWaitRwnd
 	csSendWaitSndbuf
 	csSendWaitPacing
+	csSendWaitFlowControl
 	csSendWaitOther
 	csLossRecovery
 	csHandshake
@@ -321,6 +322,7 @@ func (m *metrics) addTiming(c *sketchCfg, t *timing, ex *record.Exchange) {
 	s[csSendWaitRwnd] += float64(cp.SendWaitRwnd)
 	s[csSendWaitSndbuf] += float64(cp.SendWaitSndbuf)
 	s[csSendWaitPacing] += float64(cp.SendWaitPacing)
+	s[csSendWaitFlowControl] += float64(cp.SendWaitFlowControl)
 	s[csSendWaitOther] += float64(cp.SendWaitOther)
 	s[csLossRecovery] += float64(cp.LossRecovery)
 	s[csHandshake] += float64(cp.Handshake)
@@ -517,21 +519,22 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 			Think:        m.sk[skThink].summary(c),
 		},
 		ComponentMeans: record.Components{
-			Network:        meanDur(cs[csNetwork], n),
-			Propagation:    meanDur(cs[csPropagation], n),
-			Queueing:       meanDur(cs[csQueueing], n),
-			SendWait:       meanDur(cs[csSendWait], n),
-			SendWaitCwnd:   meanDur(cs[csSendWaitCwnd], n),
-			SendWaitRwnd:   meanDur(cs[csSendWaitRwnd], n),
-			SendWaitSndbuf: meanDur(cs[csSendWaitSndbuf], n),
-			SendWaitPacing: meanDur(cs[csSendWaitPacing], n),
-			SendWaitOther:  meanDur(cs[csSendWaitOther], n),
-			LossRecovery:   meanDur(cs[csLossRecovery], n),
-			Handshake:      meanDur(cs[csHandshake], n),
-			Receive:        meanDur(cs[csReceive], n),
-			Peer:           meanDur(cs[csPeer], n),
-			LocalRead:      meanDur(cs[csLocalRead], n),
-			Think:          meanDur(cs[csThink], n),
+			Network:             meanDur(cs[csNetwork], n),
+			Propagation:         meanDur(cs[csPropagation], n),
+			Queueing:            meanDur(cs[csQueueing], n),
+			SendWait:            meanDur(cs[csSendWait], n),
+			SendWaitCwnd:        meanDur(cs[csSendWaitCwnd], n),
+			SendWaitRwnd:        meanDur(cs[csSendWaitRwnd], n),
+			SendWaitSndbuf:      meanDur(cs[csSendWaitSndbuf], n),
+			SendWaitPacing:      meanDur(cs[csSendWaitPacing], n),
+			SendWaitFlowControl: meanDur(cs[csSendWaitFlowControl], n),
+			SendWaitOther:       meanDur(cs[csSendWaitOther], n),
+			LossRecovery:        meanDur(cs[csLossRecovery], n),
+			Handshake:           meanDur(cs[csHandshake], n),
+			Receive:             meanDur(cs[csReceive], n),
+			Peer:                meanDur(cs[csPeer], n),
+			LocalRead:           meanDur(cs[csLocalRead], n),
+			Think:               meanDur(cs[csThink], n),
 		},
 		RTT: RTT{
 			Min:      sc.minRTT,

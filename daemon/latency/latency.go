@@ -163,8 +163,10 @@ func requester(e *record.Exchange) {
 	gap -= c.LossRecovery
 	// No answer comes sooner than the path's round trip: data that does,
 	// even after the earliest the message can have left, was sent before
-	// the message arrived.
-	if prop := propagation(e); overlap || t.R0.Sub(earliestDeparture(e))-c.LossRecovery < overlapBound(prop) {
+	// the message arrived. An HTTP/2 stream's answer is its own by its
+	// frames: only one that began before the request ended (a
+	// bidirectional stream) overlaps it.
+	if prop := propagation(e); overlap || e.Stream == nil && t.R0.Sub(earliestDeparture(e))-c.LossRecovery < overlapBound(prop) {
 		e.Multiplexed = true
 		c.Peer = gap
 	} else {
@@ -195,7 +197,7 @@ func responder(e *record.Exchange) {
 	// counted from this end's last activity (a write's return, read after
 	// the socket is released): half the round trip leaves room for a
 	// descheduled thread.
-	if !e.First && e.IdleGap < propagation(e)/2 {
+	if e.Stream == nil && !e.First && e.IdleGap < propagation(e)/2 {
 		e.Multiplexed = true
 	}
 	c.LossRecovery = receive(e, &ch)
@@ -216,9 +218,15 @@ func responder(e *record.Exchange) {
 }
 
 // send sets SendWait, the outgoing message's time from the write (where ch
-// stands) to its last byte first sent, x1, and returns x1.
+// stands) to its last byte first sent, x1, and returns x1. A message
+// written in pieces was not in the kernel between them when all of it
+// written so far had left: that time is the local app's (Think).
 func send(e *record.Exchange, ch *chain, x1 record.Mono) record.Mono {
-	e.Components.SendWait = ch.to(x1)
+	c := &e.Components
+	c.SendWait = ch.to(x1)
+	gaps := min(e.Raw.WriteGaps, c.SendWait)
+	c.SendWait -= gaps
+	c.Think += gaps
 	splitSendWait(e)
 	return x1
 }
@@ -229,7 +237,15 @@ func send(e *record.Exchange, ch *chain, x1 record.Mono) record.Mono {
 func receive(e *record.Exchange, ch *chain) (lossIn time.Duration) {
 	recv := ch.to(e.Timeline.R1)
 	lossIn = min(e.Raw.LossIn, recv)
-	e.Components.Receive = recv - lossIn
+	recv -= lossIn
+	if e.Stream != nil {
+		// A streamed message's pauses between its parts are the
+		// peer's.
+		gaps := min(e.Stream.InGaps, recv)
+		recv -= gaps
+		e.Components.Peer += gaps
+	}
+	e.Components.Receive = recv
 	e.Components.LocalRead = ch.to(e.Timeline.D1)
 	return lossIn
 }
@@ -247,16 +263,17 @@ func splitNetwork(e *record.Exchange) {
 // outside w0..x1) is scaled down so the split always adds up.
 func splitSendWait(e *record.Exchange) {
 	c := &e.Components
-	cwnd, rwnd, sndbuf, pacing := e.Raw.WaitCwnd, e.Raw.WaitRwnd, e.Raw.WaitSndbuf, e.Raw.WaitPacing
-	measured := cwnd + rwnd + sndbuf + pacing
+	cwnd, rwnd, sndbuf, pacing, flow := e.Raw.WaitCwnd, e.Raw.WaitRwnd, e.Raw.WaitSndbuf, e.Raw.WaitPacing, e.Raw.WaitFlowControl
+	measured := cwnd + rwnd + sndbuf + pacing + flow
 	if measured > c.SendWait {
 		scale := float64(c.SendWait) / float64(measured)
 		cwnd = time.Duration(float64(cwnd) * scale)
 		rwnd = time.Duration(float64(rwnd) * scale)
 		sndbuf = time.Duration(float64(sndbuf) * scale)
 		pacing = time.Duration(float64(pacing) * scale)
-		measured = cwnd + rwnd + sndbuf + pacing
+		flow = time.Duration(float64(flow) * scale)
+		measured = cwnd + rwnd + sndbuf + pacing + flow
 	}
-	c.SendWaitCwnd, c.SendWaitRwnd, c.SendWaitSndbuf, c.SendWaitPacing = cwnd, rwnd, sndbuf, pacing
+	c.SendWaitCwnd, c.SendWaitRwnd, c.SendWaitSndbuf, c.SendWaitPacing, c.SendWaitFlowControl = cwnd, rwnd, sndbuf, pacing, flow
 	c.SendWaitOther = c.SendWait - measured
 }

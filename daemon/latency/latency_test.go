@@ -261,3 +261,76 @@ func TestOneMessage(t *testing.T) {
 		t.Errorf("push out: start %v, components %+v, duration %v", out.Start, c, out.Duration)
 	}
 }
+
+// A message written in pieces with all of it sent in between: the pauses
+// are the local app's (Think), on either end; the flow-control window's
+// wait stays send wait, a cause of its own.
+func TestWriteGapsAndFlowControl(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Responder,
+		Timeline: record.Timeline{R0: at(0), R1: at(0), D1: at(1), W0: at(3), W1: at(20), X1: at(20)},
+		MinRTT:   20 * time.Millisecond,
+		Raw:      record.ExchangeRaw{WriteGaps: 10 * time.Millisecond, WaitFlowControl: 5 * time.Millisecond},
+	}
+	Attribute(e)
+	c := e.Components
+	if c.Think != 12*time.Millisecond || c.SendWait != 7*time.Millisecond || c.SendWaitFlowControl != 5*time.Millisecond ||
+		c.SendWaitOther != 2*time.Millisecond || c.Sum() != e.Duration {
+		t.Errorf("%+v (duration %v)", c, e.Duration)
+	}
+	// Gaps beyond the send wait (a clamped timeline) take what there is.
+	e = &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), X1: at(2), R0: at(30), R1: at(30), D1: at(30)},
+		MinRTT:   20 * time.Millisecond,
+		Raw:      record.ExchangeRaw{WriteGaps: 5 * time.Millisecond},
+	}
+	Attribute(e)
+	if c := e.Components; c.Think != 2*time.Millisecond || c.SendWait != 0 || c.Sum() != e.Duration {
+		t.Errorf("%+v", c)
+	}
+}
+
+// An HTTP/2 stream's answer streamed with pauses: the pauses are the
+// peer's, the rest of its arrival is receive.
+func TestStreamInGaps(t *testing.T) {
+	e := &record.Exchange{
+		Role:     record.Requester,
+		Timeline: record.Timeline{W0: at(0), X1: at(0), R0: at(40), R1: at(440), D1: at(441)},
+		MinRTT:   20 * time.Millisecond,
+		Stream:   &record.HTTP2Stream{ID: 1, DataIn: 3, InGaps: 390 * time.Millisecond},
+	}
+	Attribute(e)
+	c := e.Components
+	if c.Network != 20*time.Millisecond || c.Peer != 410*time.Millisecond || c.Receive != 10*time.Millisecond || c.Sum() != e.Duration {
+		t.Errorf("%+v", c)
+	}
+	// An answer's first frame read a little sooner than the path's
+	// minimum after the request's last (the hooks' own skew) is still
+	// the stream's answer; one that began before the request ended
+	// overlaps it.
+	for _, r0 := range []float64{19.9, -1} {
+		e = &record.Exchange{
+			Role:     record.Requester,
+			Timeline: record.Timeline{W0: at(0), X1: at(0), R0: at(r0), R1: at(30), D1: at(30)},
+			MinRTT:   20 * time.Millisecond, X1Transmit: true,
+			Stream: &record.HTTP2Stream{ID: 1},
+		}
+		Attribute(e)
+		if e.Multiplexed != (r0 < 0) {
+			t.Errorf("answer %v ms after the request: multiplexed %v", r0, e.Multiplexed)
+		}
+	}
+	// A stream's request that follows the previous one at once is no
+	// overlap: streams are cut by their own frames.
+	e = &record.Exchange{
+		Role:     record.Responder,
+		Timeline: record.Timeline{R0: at(0), R1: at(0), D1: at(0), W0: at(13), W1: at(13), X1: at(13)},
+		MinRTT:   20 * time.Millisecond,
+		Stream:   &record.HTTP2Stream{ID: 3},
+	}
+	Attribute(e)
+	if e.Multiplexed || e.Components.Think != 13*time.Millisecond {
+		t.Errorf("multiplexed %v, %+v", e.Multiplexed, e.Components)
+	}
+}

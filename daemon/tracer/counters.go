@@ -24,6 +24,12 @@ type Counters struct {
 	// H2Unsynced counts HTTP/2 connections whose framing was lost in a
 	// direction (a gap in the segments), so their frame counts stop there.
 	H2Unsynced uint64
+	// H2Streams counts exchanges made of HTTP/2 streams; H2ConnReplaced
+	// the connection-level exchanges they replaced (dropped). H2Unplaced
+	// counts outgoing frames whose write was not seen (their x1 stands in
+	// for w0/w1); H2Unread streams written without the read of their
+	// incoming message (d1 unknown).
+	H2Streams, H2ConnReplaced, H2Unplaced, H2Unread uint64
 	// NetnsUnswept counts the times the sweep passed over a network
 	// namespace it could not enter (their exchanges wait for the turn).
 	NetnsUnswept uint64
@@ -80,5 +86,9 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.ReplaySkipped = t.replaySkipped.Load()
 	c.ReleasedUnsynced = t.releasedUnsynced.Load()
 	c.NetnsUnswept = t.unswept.Load()
+	c.H2ConnReplaced = t.h2Replaced.Load()
+	c.H2Streams = t.streams.Stats.Streams.Load()
+	c.H2Unplaced = t.streams.Stats.Unplaced.Load()
+	c.H2Unread = t.streams.Stats.Unread.Load()
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lattrace/lattrace/daemon/streams"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -158,6 +159,31 @@ func connOpen(c *lattraceLtConnOpen) record.ConnOpen {
 	return o
 }
 
+// h2Event converts an HTTP/2 event into ev, overwriting all of it.
+func h2Event(x *lattraceLtH2Event, ev *streams.Event, comms *names) {
+	*ev = streams.Event{
+		Kind:       streams.Kind(x.Kind),
+		Cookie:     x.Cookie,
+		Flow:       flow(&x.Flow),
+		Owner:      owner(&x.Owner, comms),
+		ConnRole:   role(x.ConnRole),
+		Seq:        x.Seq,
+		End:        x.EndSeq,
+		T0:         record.Mono(x.T0),
+		T1:         record.Mono(x.T1),
+		Stream:     x.Stream,
+		Type:       x.Type,
+		Flags:      x.Flags,
+		SRTT:       usec(x.SrttUs),
+		MinRTT:     usec(x.MinRttUs),
+		PathRTT:    usec(x.PathRttUs),
+		PathMinRTT: usec(x.PathMinRttUs),
+		ISNLocal:   x.IsnLocal,
+		ISNRemote:  x.IsnRemote,
+		Connect:    record.Mono(x.SynNs),
+	}
+}
+
 func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // exchange converts the kernel's record into e, overwriting all of it; the
@@ -190,7 +216,7 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 			LossOut: time.Duration(x.LossOutNs), LossIn: time.Duration(x.LossInNs),
 			WaitCwnd: time.Duration(x.WaitCwndNs), WaitRwnd: time.Duration(x.WaitRwndNs),
 			WaitSndbuf: time.Duration(x.WaitSndbufNs), WaitPacing: time.Duration(x.WaitPacingNs),
-			WaitOther: time.Duration(x.WaitOtherNs),
+			WaitOther: time.Duration(x.WaitOtherNs), WriteGaps: time.Duration(x.WriteGapsNs),
 		},
 		CwndStart:          x.CwndStart,
 		CwndEnd:            x.CwndEnd,

@@ -16,16 +16,25 @@ import (
 type lattraceH2State struct {
 	_   structs.HostLayout
 	Dir [2]struct {
-		_       structs.HostLayout
-		NextSeq uint32
-		MaxEnd  uint32
-		Part    uint64
-		Have    uint8
-		On      uint8
-		Pad     [6]uint8
+		_          structs.HostLayout
+		NextSeq    uint32
+		MaxEnd     uint32
+		Part       uint64
+		Have       uint8
+		On         uint8
+		PendOn     uint8
+		PendType   uint8
+		PendFlags  uint8
+		Pad        [3]uint8
+		PendStream uint32
+		PendSeq    uint32
+		PendT0     uint64
 	}
-	Frames [11]uint32
-	Flags  uint32
+	Frames  [11]uint32
+	Flags   uint32
+	Pad     uint32
+	_       [4]byte
+	WriteT0 uint64
 }
 
 type lattraceLtConfig struct {
@@ -128,6 +137,7 @@ type lattraceLtExchange struct {
 	TurnsExchange uint32
 	Cong          [16]int8
 	WaitPacingNs  uint64
+	WriteGapsNs   uint64
 }
 
 type lattraceLtExchangeFlag uint32
@@ -144,6 +154,7 @@ const (
 	lattraceLtExchangeFlagLT_EX_PUSH         lattraceLtExchangeFlag = 256
 	lattraceLtExchangeFlagLT_EX_UNFINISHED   lattraceLtExchangeFlag = 512
 	lattraceLtExchangeFlagLT_EX_X1XMIT       lattraceLtExchangeFlag = 1024
+	lattraceLtExchangeFlagLT_EX_H2STREAMS    lattraceLtExchangeFlag = 2048
 )
 
 type lattraceLtExchangeRole uint32
@@ -164,6 +175,40 @@ type lattraceLtFlow struct {
 	Netns  uint32
 	Pad2   uint32
 }
+
+type lattraceLtH2Event struct {
+	_            structs.HostLayout
+	Hdr          lattraceLtHeader
+	Cookie       uint64
+	Flow         lattraceLtFlow
+	Owner        lattraceLtOwner
+	Kind         uint32
+	ConnRole     uint32
+	Seq          uint32
+	EndSeq       uint32
+	T0           uint64
+	T1           uint64
+	Stream       uint32
+	Type         uint8
+	Flags        uint8
+	Pad          uint16
+	SrttUs       uint32
+	MinRttUs     uint32
+	PathRttUs    uint32
+	PathMinRttUs uint32
+	IsnLocal     uint32
+	IsnRemote    uint32
+	SynNs        uint64
+}
+
+type lattraceLtH2EventKind uint32
+
+const (
+	lattraceLtH2EventKindLT_H2FRAME_OUT lattraceLtH2EventKind = 1
+	lattraceLtH2EventKindLT_H2FRAME_IN  lattraceLtH2EventKind = 2
+	lattraceLtH2EventKindLT_H2WRITE     lattraceLtH2EventKind = 3
+	lattraceLtH2EventKindLT_H2READ      lattraceLtH2EventKind = 4
+)
 
 type lattraceLtH2Flag uint32
 
@@ -216,7 +261,7 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 3
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 4
 )
 
 type lattraceLtOwner struct {
@@ -233,6 +278,7 @@ const (
 	lattraceLtRecordKindLT_RECORD_CONN_CLOSE lattraceLtRecordKind = 1
 	lattraceLtRecordKindLT_RECORD_CONN_OPEN  lattraceLtRecordKind = 2
 	lattraceLtRecordKindLT_RECORD_EXCHANGE   lattraceLtRecordKind = 3
+	lattraceLtRecordKindLT_RECORD_H2         lattraceLtRecordKind = 4
 )
 
 type lattraceLtRole uint32
@@ -350,6 +396,8 @@ const (
 	lattraceVarUnusedLtExchange         = "unused_lt_exchange"
 	lattraceVarUnusedLtExchangeFlag     = "unused_lt_exchange_flag"
 	lattraceVarUnusedLtExchangeRole     = "unused_lt_exchange_role"
+	lattraceVarUnusedLtH2Event          = "unused_lt_h2_event"
+	lattraceVarUnusedLtH2EventKind      = "unused_lt_h2_event_kind"
 	lattraceVarUnusedLtH2Flag           = "unused_lt_h2_flag"
 	lattraceVarUnusedLtH2Frame          = "unused_lt_h2_frame"
 	lattraceVarUnusedLtInflight         = "unused_lt_inflight"
@@ -451,6 +499,8 @@ type lattraceVariableSpecs struct {
 	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
+	UnusedLtH2Event      *ebpf.VariableSpec `ebpf:"unused_lt_h2_event"`
+	UnusedLtH2EventKind  *ebpf.VariableSpec `ebpf:"unused_lt_h2_event_kind"`
 	UnusedLtH2Flag       *ebpf.VariableSpec `ebpf:"unused_lt_h2_flag"`
 	UnusedLtH2Frame      *ebpf.VariableSpec `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.VariableSpec `ebpf:"unused_lt_inflight"`
@@ -510,6 +560,8 @@ type lattraceVariables struct {
 	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
+	UnusedLtH2Event      *ebpf.Variable `ebpf:"unused_lt_h2_event"`
+	UnusedLtH2EventKind  *ebpf.Variable `ebpf:"unused_lt_h2_event_kind"`
 	UnusedLtH2Flag       *ebpf.Variable `ebpf:"unused_lt_h2_flag"`
 	UnusedLtH2Frame      *ebpf.Variable `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.Variable `ebpf:"unused_lt_inflight"`

@@ -61,6 +61,7 @@ func (t *Tracer) drain(sink record.Sink) {
 			flushed = end
 		}
 	}
+	t.streams.Expire(record.Now(), sink.Exchange)
 	t.flush(sink)
 }
 
@@ -96,9 +97,20 @@ func (t *Tracer) decode(raw []byte, sink record.Sink) {
 	case lattraceLtRecordKindLT_RECORD_EXCHANGE:
 		var x *lattraceLtExchange
 		if x, ok = view[lattraceLtExchange](raw); ok {
-			exchange(x, &t.ex, &t.comms, &t.congs)
 			t.sweepNetns.saw(x.Flow.Netns)
+			if x.Flags&uint32(lattraceLtExchangeFlagLT_EX_H2STREAMS) != 0 {
+				// Its streams make the exchanges (LT_RECORD_H2).
+				t.h2Replaced.Add(1)
+				break
+			}
+			exchange(x, &t.ex, &t.comms, &t.congs)
 			sink.Exchange(&t.ex)
+		}
+	case lattraceLtRecordKindLT_RECORD_H2:
+		var x *lattraceLtH2Event
+		if x, ok = view[lattraceLtH2Event](raw); ok {
+			h2Event(x, &t.h2ev, &t.comms)
+			t.streams.Add(&t.h2ev, sink.Exchange)
 		}
 	case lattraceLtRecordKindLT_RECORD_CONN_OPEN:
 		var x *lattraceLtConnOpen
@@ -109,6 +121,7 @@ func (t *Tracer) decode(raw []byte, sink record.Sink) {
 	case lattraceLtRecordKindLT_RECORD_CONN_CLOSE:
 		var x *lattraceLtConnClose
 		if x, ok = view[lattraceLtConnClose](raw); ok {
+			t.streams.Close(x.Cookie, sink.Exchange)
 			sink.ConnClose(connClose(x, &t.comms))
 		}
 	default:

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lattrace/lattrace/daemon/cgroup"
+	"github.com/lattrace/lattrace/daemon/streams"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -169,6 +170,10 @@ type Tracer struct {
 	// records repeat.
 	ex           record.Exchange
 	comms, congs names
+	// streams cuts followed HTTP/2 connections into exchanges per stream
+	// from their events, decoded into h2ev.
+	streams *streams.Assembler
+	h2ev    streams.Event
 	// inflight walks the socket storage for exchanges in progress; nil
 	// when the kernel refused the iterator.
 	inflight *link.Iter
@@ -193,7 +198,7 @@ type Tracer struct {
 	durable  []*resumed
 	released bool
 
-	decoded, decodeErrors, replaySkipped, releasedUnsynced, unswept atomic.Uint64
+	decoded, decodeErrors, replaySkipped, releasedUnsynced, unswept, h2Replaced atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and
@@ -234,7 +239,7 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracer{opts: opts}
+	t := &Tracer{opts: opts, streams: streams.New()}
 	adopt := false
 	if opts.PinPath != "" {
 		if t.pin, err = openPinDir(opts.PinPath); err != nil {

@@ -143,6 +143,7 @@ func stageAttrs(e *record.Exchange, name string) []attribute.KeyValue {
 			attribute.Int64("lattrace.component.send_wait_rwnd_ns", int64(c.SendWaitRwnd)),
 			attribute.Int64("lattrace.component.send_wait_sndbuf_ns", int64(c.SendWaitSndbuf)),
 			attribute.Int64("lattrace.component.send_wait_pacing_ns", int64(c.SendWaitPacing)),
+			attribute.Int64("lattrace.component.send_wait_flow_control_ns", int64(c.SendWaitFlowControl)),
 			attribute.Int64("lattrace.component.send_wait_other_ns", int64(c.SendWaitOther)))
 	}
 	return kv
@@ -183,6 +184,7 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Int64("lattrace.component.send_wait_rwnd_ns", int64(c.SendWaitRwnd)),
 		attribute.Int64("lattrace.component.send_wait_sndbuf_ns", int64(c.SendWaitSndbuf)),
 		attribute.Int64("lattrace.component.send_wait_pacing_ns", int64(c.SendWaitPacing)),
+		attribute.Int64("lattrace.component.send_wait_flow_control_ns", int64(c.SendWaitFlowControl)),
 		attribute.Int64("lattrace.component.send_wait_other_ns", int64(c.SendWaitOther)),
 		attribute.Int64("lattrace.component.loss_recovery_ns", int64(c.LossRecovery)),
 		attribute.Int64("lattrace.component.handshake_ns", int64(c.Handshake)),
@@ -210,6 +212,12 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 		attribute.Bool("lattrace.push", e.Push),
 		attribute.Bool("lattrace.unfinished", e.Unfinished),
 		attribute.Bool("lattrace.greeting", e.Greeting),
+	}
+	if st := e.Stream; st != nil {
+		kv = append(kv, attribute.Int64("lattrace.http2.stream_id", int64(st.ID)),
+			attribute.Int64("lattrace.http2.data_frames_out", int64(st.DataOut)),
+			attribute.Int64("lattrace.http2.data_frames_in", int64(st.DataIn)),
+			attribute.Bool("lattrace.http2.reset", st.Reset))
 	}
 	if e.Owner.ContainerID != "" {
 		kv = append(kv, attribute.String("container.id", e.Owner.ContainerID))

@@ -272,10 +272,21 @@ type truth struct {
 	// setup: each connection's first exchange is the protocol's set-up
 	// (a login), which the client does not count as a request.
 	setup bool
-	// multiplexed: requests overlap on the connection (HTTP/2 streams),
-	// so its cuts are no requests: lattrace must say so, and its latency
-	// samples are not the client's.
+	// multiplexed: requests overlap on the connection (HTTP/2 streams
+	// whose framing lattrace cannot read), so its cuts are no requests:
+	// lattrace must say so, and its latency samples are not the client's.
 	multiplexed bool
+	// connectTimed: the client times a call from before its connection
+	// was set up (grpc-go connects at the first calls), so lattrace's
+	// handshake part counts.
+	connectTimed bool
+	// streams: cleartext HTTP/2, one exchange per stream at both ends:
+	// exactly one per request, each end's joined to the other's.
+	streams bool
+	// fallback: HTTP/2 over TLS, whose framing is hidden: the
+	// connection's own exchanges are no requests, but still sum, keep
+	// the network at or above the path and diagnose nothing.
+	fallback bool
 }
 
 // row is one line of the suite's table, logged by check.
@@ -355,9 +366,13 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		if e.First && tr.setup {
 			continue
 		}
-		// The clients time a request from its write: the first one's
+		// Most clients time a request from its write: the first one's
 		// handshake is not in their figures.
-		durs = append(durs, e.Duration-e.Components.Handshake)
+		if tr.connectTimed {
+			durs = append(durs, e.Duration)
+		} else {
+			durs = append(durs, e.Duration-e.Components.Handshake)
+		}
 		nets = append(nets, e.Components.Network)
 		peers = append(peers, e.Components.Peer)
 	}
@@ -424,7 +439,12 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		think = *tr.think
 	}
 	r.ownThink = think
+	if tr.streams {
+		a.checkStreams(fail, client, server, tr.requests)
+	}
 	switch {
+	case tr.fallback:
+		r.verdict = "fallback"
 	case tr.multiplexed:
 		// Overlapping requests: what lattrace can say is that they
 		// overlap, and never a network part below the path.
@@ -490,4 +510,46 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		}
 	}
 	t.Log(r)
+}
+
+// checkStreams holds both ends of HTTP/2 connections to one exchange per
+// stream: requests of them at each end, none unanswered, and each
+// client's exchange named as the server's is (the trace's join).
+func (a *app) checkStreams(fail func(string, ...any), client, server []*record.Exchange, requests int) {
+	type key struct{ client, server, seq uint32 }
+	keys := map[key]int{}
+	for _, end := range []struct {
+		name string
+		exs  []*record.Exchange
+	}{{"client", client}, {"server", server}} {
+		n := 0
+		for _, e := range end.exs {
+			if e.Stream == nil {
+				fail("%s end: an exchange of the connection (%d out, %d in), not of a stream", end.name, e.BytesOut, e.BytesIn)
+				continue
+			}
+			n++
+			// Small messages never fill a window: the control of
+			// TestGRPCFlowControl.
+			if e.Components.SendWaitFlowControl != 0 {
+				fail("%s end: stream %d waited %v for the flow-control window", end.name, e.Stream.ID, e.Components.SendWaitFlowControl)
+			}
+			if e.Unanswered || e.Partial || e.Multiplexed {
+				fail("%s end: stream %d unanswered %v partial %v multiplexed %v", end.name, e.Stream.ID, e.Unanswered, e.Partial, e.Multiplexed)
+			}
+			if end.name == "client" {
+				keys[key{e.ISNLocal, e.ISNRemote, e.OutSeq}]++
+			} else {
+				keys[key{e.ISNRemote, e.ISNLocal, e.InSeq}]--
+			}
+		}
+		if n != requests {
+			fail("%s end: %d exchanges of streams for %d requests", end.name, n, requests)
+		}
+	}
+	for k, v := range keys {
+		if v != 0 {
+			fail("the stream at sequence %d is %d more at the client's end than at the server's", k.seq, v)
+		}
+	}
 }

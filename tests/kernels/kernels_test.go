@@ -33,7 +33,8 @@ var suite = []struct {
 	// The lab: delay and think time, loss, a bulk stream.
 	{"tests/scenarios", "^(TestPathDelayAndThinkTime|TestLoss|TestOneWayStream)$"},
 	// Real servers: nginx, whose bodies go out through sendfile; nghttpd,
-	// whose HTTP/2 frames are counted from their headers.
+	// whose HTTP/2 frames are counted from their headers and cut into
+	// one exchange per stream.
 	{"tests/apps", "^(TestNginx|TestHTTP2)$/^(cubic_1KB_tls=false|cubic_m1)$"},
 	// The daemon with only the chart's capabilities attaches every hook,
 	// through whichever alternative.
