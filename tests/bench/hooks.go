@@ -78,6 +78,16 @@ type HookCost struct {
 	Path               []ProgCost `json:"path,omitempty"`
 	PathNsPerRoundTrip float64    `json:"path_ns_per_round_trip,omitempty"`
 	PathError          string     `json:"path_error,omitempty"`
+	// HTTP2Calls is how many HTTP/2 calls (h2load against nghttpd in
+	// clear, one stream at a time, on the loop's CPU) the HTTP/2 phase
+	// made, HTTP2 what the programs cost over it and HTTP2NsPerCall their
+	// sum per call (one exchange of a stream at each end). Only for
+	// lattrace, whose framing programs and stream events it measures;
+	// HTTP2Error is why it measured nothing.
+	HTTP2Calls     uint64     `json:"http2_calls,omitempty"`
+	HTTP2          []ProgCost `json:"http2,omitempty"`
+	HTTP2NsPerCall float64    `json:"http2_ns_per_call,omitempty"`
+	HTTP2Error     string     `json:"http2_error,omitempty"`
 }
 
 // WarmProg is a program's cost in the phase where it ran the most.
@@ -112,6 +122,9 @@ func (h HookCost) NsPerExchange() float64 { return h.NsPerRoundTrip / 2 }
 
 // PathNsPerExchange is NsPerExchange through the 1 ms path.
 func (h HookCost) PathNsPerExchange() float64 { return h.PathNsPerRoundTrip / 2 }
+
+// HTTP2NsPerExchange is the HTTP/2 phase's run time per stream exchange.
+func (h HookCost) HTTP2NsPerExchange() float64 { return h.HTTP2NsPerCall / 2 }
 
 // PathProg is a program's cost through the path. The lab's relay sends
 // and receives every frame on packet sockets, and the programs on every
@@ -227,6 +240,12 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 	} else {
 		defer pathClose()
 	}
+	h2, h2OpenErr := startHTTP2(ctx)
+	if h2OpenErr != nil {
+		logf("the HTTP/2 phase: %v", h2OpenErr)
+	} else {
+		defer h2.close()
+	}
 	var out []HookCost
 	for _, tool := range tools {
 		if err := os.MkdirAll(env.Dir, 0o700); err != nil {
@@ -241,7 +260,14 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
 		loop := measurePhase(func() (uint64, error) { r, err := run(ctx, d); return r.RoundTrips, err })
-		var churn, path phase
+		var churn, path, http2 phase
+		if loop.err == nil && tool.Name == "lattrace" {
+			if h2OpenErr != nil {
+				http2.err = h2OpenErr
+			} else {
+				http2 = measurePhase(func() (uint64, error) { return h2.calls(ctx, d) })
+			}
+		}
 		if loop.err == nil {
 			churn = measurePhase(func() (uint64, error) { r, err := churnFor(ctx, self, d); return r.RoundTrips, err })
 			if pathOpenErr != nil {
@@ -274,6 +300,18 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		} else {
 			h.PathRoundTrips = path.n
 			h.Path, h.PathNsPerRoundTrip = path.costs(before)
+		}
+		switch {
+		case http2.err != nil:
+			h.HTTP2Error = http2.err.Error()
+			logf("%-16s HTTP/2: %v", tool.Name, http2.err)
+		case http2.n > 0:
+			h.HTTP2Calls = http2.n
+			h.HTTP2, h.HTTP2NsPerCall = http2.costs(before)
+			for _, p := range h.HTTP2 {
+				logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/call (HTTP/2)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
+			}
+			logf("%-16s %.0f ns per HTTP/2 call, %.0f ns per stream exchange", tool.Name, h.HTTP2NsPerCall, h.HTTP2NsPerExchange())
 		}
 		for _, p := range h.Programs {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
