@@ -42,10 +42,13 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 		start_out(st, sk, tp, now);
 	} else if (st->cur.x1) {
 		/* A further write before any reply extends the same message.
-		 * All of it had left: since then the app was writing, not the
-		 * kernel holding it. */
-		if (now > st->cur.x1)
-			st->cur.write_gaps_ns += now - st->cur.x1;
+		 * At a write's first call (nothing of it queued yet) with all
+		 * of the message sent, the time since the last byte left or
+		 * the last write returned, whichever is later, is the app's:
+		 * the kernel holds nothing. A later call of the same write
+		 * (one per skb) follows the kernel's own waits. */
+		if (tp->write_seq == st->out_seq_end && now > st->cur.x1 && now > st->cur.w1)
+			st->cur.write_gaps_ns += now - (st->cur.x1 > st->cur.w1 ? st->cur.x1 : st->cur.w1);
 		reopen_x1(st, sk, tp, now);
 	} else {
 		/* A later skb of a long write, or a later write of the

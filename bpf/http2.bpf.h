@@ -95,14 +95,6 @@ static __always_inline __u32 one_to_eight(__u32 v)
 }
 
 /* The framing of this direction is lost: it is followed no further. */
-static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir)
-{
-	dir->on = 0;
-	__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
-	if ((h2->flags & (LT_H2_SEEN | LT_H2_UNSYNCED)) == LT_H2_SEEN)
-		count(LT_CNT_H2_UNSYNCED);
-	__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
-}
 
 /* A frame's payload length, from its header's first bytes (hdr4, in wire
  * order from the low byte: the 24-bit length, then the type). */
@@ -142,15 +134,59 @@ static __always_inline struct lt_h2_event *h2_event(struct lt_sock *st, __u32 ki
 	return ev;
 }
 
+/* The framing of this direction is lost: it is followed no further, and
+ * the connection's streams end (LT_H2_LOST). UNSYNCED goes up before
+ * STREAMS comes down: h2_open, opening the other direction on another
+ * CPU, sets STREAMS and then checks UNSYNCED. */
+static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir)
+{
+	struct lt_h2_event *ev;
+
+	dir->on = 0;
+	dir->pend_on = 0;
+	if ((h2->flags & (LT_H2_SEEN | LT_H2_UNSYNCED)) == LT_H2_SEEN)
+		count(LT_CNT_H2_UNSYNCED);
+	__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
+	if (!(__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS) & H2_STREAMS))
+		return;
+	ev = h2_event(st, LT_H2_LOST, bpf_ktime_get_ns());
+	if (ev)
+		submit(ev, sizeof(*ev));
+}
+
+/* What a segment's walk needs of its socket: the ISNs, and for an
+ * incoming segment the RTTs an answer's network part is taken from, read
+ * once per segment. */
+struct h2_seg {
+	__u32 isn_local, isn_remote;
+	__u32 srtt_us, min_rtt_us, path_rtt_us, path_min_rtt_us;
+};
+
+static __always_inline void h2_seg_read(struct h2_seg *g, struct lt_sock *st, struct tcp_sock *tp, int d, __u64 now)
+{
+	struct path_rtt *p;
+
+	__builtin_memset(g, 0, sizeof(*g));
+	g->isn_local = isn_local(tp, st->role == LT_ROLE_CLIENT);
+	g->isn_remote = isn_remote(tp);
+	if (d != H2_IN)
+		return;
+	g->srtt_us = tp->srtt_us >> 3;
+	g->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v;
+	p = path_find(&st->flow);
+	if (p) {
+		g->path_rtt_us = winmin_get(&p->recent, now);
+		g->path_min_rtt_us = p->min_rtt_us;
+	}
+}
+
 /* A frame of a stream, [seq, end), crossed the socket's edge way d: its
  * header at t0, its last byte now. An incoming HEADERS, which opens a
- * request or an answer, carries the RTTs the answer's network part is
- * taken from. */
-static __always_inline void h2_frame_event(struct lt_sock *st, struct tcp_sock *tp, int d, __u32 stream, __u8 type, __u8 flags,
+ * request or an answer, carries the RTTs. */
+static __always_inline void h2_frame_event(struct lt_sock *st, const struct h2_seg *g, int d, __u32 stream, __u8 type, __u8 flags,
 					   __u32 seq, __u32 end, __u64 t0, __u64 now)
 {
 	struct lt_h2_event *ev = h2_event(st, d == H2_OUT ? LT_H2_FRAME_OUT : LT_H2_FRAME_IN, now);
-	struct path_rtt *p;
 
 	if (!ev)
 		return;
@@ -160,16 +196,13 @@ static __always_inline void h2_frame_event(struct lt_sock *st, struct tcp_sock *
 	ev->stream = stream;
 	ev->type = type;
 	ev->flags = flags;
-	ev->isn_local = isn_local(tp, st->role == LT_ROLE_CLIENT);
-	ev->isn_remote = isn_remote(tp);
-	if (d == H2_IN && type == LT_H2_HEADERS) {
-		ev->srtt_us = tp->srtt_us >> 3;
-		ev->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v;
-		p = path_get(&st->flow, now);
-		if (p) {
-			ev->path_rtt_us = winmin_get(&p->recent, now);
-			ev->path_min_rtt_us = p->min_rtt_us;
-		}
+	ev->isn_local = g->isn_local;
+	ev->isn_remote = g->isn_remote;
+	if (type == LT_H2_HEADERS) {
+		ev->srtt_us = g->srtt_us;
+		ev->min_rtt_us = g->min_rtt_us;
+		ev->path_rtt_us = g->path_rtt_us;
+		ev->path_min_rtt_us = g->path_min_rtt_us;
 	}
 	submit(ev, sizeof(*ev));
 }
@@ -180,7 +213,7 @@ static __always_inline void h2_frame_event(struct lt_sock *st, struct tcp_sock *
  * ninth. Counted by type; a stream's frame gets its event now if its last
  * byte is in this segment, else when that passes (pend_*). Returns the
  * frame's payload length. */
-static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, struct tcp_sock *tp, int d,
+static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, const struct h2_seg *g, int d,
 				      __u64 lo, __u8 b8, __u32 fseq, __u32 end, __u64 now)
 {
 	__u8 type = lo >> 24, flags = lo >> 32;
@@ -195,15 +228,16 @@ static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, s
 	stream = (((lo >> 40) & 0x7f) << 24) | (((lo >> 48) & 0xff) << 16) | (((lo >> 56) & 0xff) << 8) | b8;
 	if (!(st->h2 & H2_STREAMS))
 		return flen;
-	/* A stream's frames, and the peer's WINDOW_UPDATEs, which a stream
-	 * held by HTTP/2's flow control waits for (stream 0: the
-	 * connection's window). */
-	if (!(stream && (type == LT_H2_DATA || type == LT_H2_HEADERS || type == LT_H2_RST_STREAM)) &&
+	/* A stream's frames (a header block may go on in CONTINUATION
+	 * frames), and the peer's WINDOW_UPDATEs, which a stream held by
+	 * HTTP/2's flow control waits for (stream 0: the connection's
+	 * window). */
+	if (!(stream && (type == LT_H2_DATA || type == LT_H2_HEADERS || type == LT_H2_CONTINUATION || type == LT_H2_RST_STREAM)) &&
 	    !(type == LT_H2_WINDOW_UPDATE && d == H2_IN))
 		return flen;
 	fend = fseq + H2_HEADER_LEN + flen;
 	if (!after(fend, end)) {
-		h2_frame_event(st, tp, d, stream, type, flags, fseq, fend, now, now);
+		h2_frame_event(st, g, d, stream, type, flags, fseq, fend, now, now);
 		return flen;
 	}
 	dir->pend_on = 1;
@@ -239,7 +273,7 @@ static __always_inline int h2_opening(struct __sk_buff *skb, __u32 off, __u32 le
  * open as HTTP/2. A connection its other side opened on trust (a
  * server's SETTINGS) without the client's preface is not HTTP/2: its
  * state goes; one that is HTTP/2 has lost this direction's framing. */
-static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *sk)
+static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *sk, int d)
 {
 	struct h2_state *h2;
 
@@ -249,9 +283,7 @@ static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *s
 	if (!h2)
 		return;
 	if (h2->flags & LT_H2_SEEN) {
-		__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
-		__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
-		count(LT_CNT_H2_UNSYNCED);
+		h2_unsync(st, h2, &h2->dir[d & 1]);
 		return;
 	}
 	__sync_fetch_and_and(&st->h2, ~(__u32)H2_FOLLOWED);
@@ -274,14 +306,14 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 		/* The first bytes went by unseen (a gap on the way in). */
 		if (after(seq, first)) {
 			__sync_fetch_and_or(&st->h2, decided);
-			h2_not_opened(st, sk);
+			h2_not_opened(st, sk, d);
 		}
 		return false;
 	}
 	__sync_fetch_and_or(&st->h2, decided);
 	opening = h2_opening(skb, off, len);
 	if (opening < 0) {
-		h2_not_opened(st, sk);
+		h2_not_opened(st, sk, d);
 		return false;
 	}
 	/* The two directions may open at once on two CPUs (a server writes
@@ -300,8 +332,12 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 	__sync_fetch_and_or(&st->h2, H2_FOLLOWED);
 	if (opening == H2_PREFACE_LEN) {
 		__sync_fetch_and_or(&h2->flags, LT_H2_SEEN);
-		if (!(h2->flags & LT_H2_UNSYNCED))
-			__sync_fetch_and_or(&st->h2, H2_STREAMS);
+		/* Set, then checked: a loss of the other direction meanwhile
+		 * (h2_unsync) either sees STREAMS and clears it, or is seen
+		 * here. */
+		__sync_fetch_and_or(&st->h2, H2_STREAMS);
+		if (h2->flags & LT_H2_UNSYNCED)
+			__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
 	}
 	return true;
 }
@@ -316,17 +352,23 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 	struct h2_dir *dir = &h2->dir[d & 1];
 	__u32 end = seq + len, need, flen, want, have;
 	__u64 hdr[2], rest, now = bpf_ktime_get_ns();
+	struct h2_seg g;
 	__s32 rel;
 	int i;
 
 	if (after(end, dir->max_end))
 		dir->max_end = end;
+	h2_seg_read(&g, st, tp, d, now);
 
-	/* A stream's frame whose last byte is in this segment. */
+	/* A stream's frame whose last byte is in this segment. On the way
+	 * in, a segment after a hole may hold it before the hole is filled:
+	 * rcv_nxt cannot tell, as segments that wait in the socket's backlog
+	 * pass here before TCP has taken those ahead of them. */
 	if (dir->pend_on && !before(end, dir->next_seq)) {
 		dir->pend_on = 0;
-		h2_frame_event(st, tp, d, dir->pend_stream, dir->pend_type, dir->pend_flags, dir->pend_seq, dir->next_seq, dir->pend_t0,
-			       now);
+		if (st->h2 & H2_STREAMS)
+			h2_frame_event(st, &g, d, dir->pend_stream, dir->pend_type, dir->pend_flags, dir->pend_seq, dir->next_seq,
+				       dir->pend_t0, now);
 	}
 
 	/* The rest of a header whose first bytes ended an earlier segment. */
@@ -354,7 +396,7 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		hdr[0] = dir->part;
 		if (have < 8)
 			hdr[0] |= rest << (8 * have);
-		flen = h2_frame(st, h2, dir, tp, d, hdr[0], rest >> (8 * ((need - 1) & 7)), dir->next_seq, end, now);
+		flen = h2_frame(st, h2, dir, &g, d, hdr[0], rest >> (8 * ((need - 1) & 7)), dir->next_seq, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 		dir->have = 0;
 	}
@@ -379,7 +421,7 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		hdr[1] = 0;
 		if (bpf_skb_load_bytes(skb, off + rel, hdr, H2_HEADER_LEN))
 			return;
-		flen = h2_frame(st, h2, dir, tp, d, hdr[0], hdr[1], want, end, now);
+		flen = h2_frame(st, h2, dir, &g, d, hdr[0], hdr[1], want, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 	}
 	h2_unsync(st, h2, dir);
@@ -417,18 +459,20 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return;
+	if (!st->cookie)
+		st->cookie = bpf_get_socket_cookie(skb);
 	if (!(st->h2 & decided) && !h2_open(st, sk, tp, skb, d, off, seq, skb->len - off))
 		return;
 	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
 	if (!h2 || !h2->dir[d & 1].on)
 		return;
-	if (!st->cookie)
-		st->cookie = bpf_get_socket_cookie(skb);
 	h2_walk(st, h2, tp, d, skb, off, seq, skb->len - off);
 }
 
 /* A write call begins on a followed connection (its first
- * tcp_sendmsg_locked). */
+ * tcp_sendmsg_locked). A call that returns nothing (EAGAIN) leaves the
+ * start set: the retry's data was the app's to write since then, held by
+ * a full send buffer. */
 static __always_inline void h2_write_begins(struct lt_sock *st, struct sock *sk, __u64 now)
 {
 	struct h2_state *h2;

@@ -215,14 +215,16 @@ struct lt_exchange {
 /* Kinds of lt_h2_event. */
 enum lt_h2_event_kind {
 	LT_H2_FRAME_OUT = 1, /* a frame of a stream left, its last byte handed to IP */
-	LT_H2_FRAME_IN = 2,  /* a frame of a stream arrived, its last byte passed to TCP */
+	LT_H2_FRAME_IN = 2,  /* a frame of a stream, or a WINDOW_UPDATE, arrived, its last byte passed to TCP */
 	LT_H2_WRITE = 3,     /* a write returned */
 	LT_H2_READ = 4,      /* a read returned */
+	LT_H2_LOST = 5,      /* the framing was lost: the connection's streams end here */
 };
 
 /* LT_RECORD_H2: what user space needs to cut a followed HTTP/2
  * connection into one exchange per stream (daemon/streams): the frames
- * of streams (DATA, HEADERS, RST_STREAM) and the peer's WINDOW_UPDATEs
+ * of streams (DATA, HEADERS, CONTINUATION, RST_STREAM) and the peer's
+ * WINDOW_UPDATEs
  * (not the other control frames) as they cross the socket's edge, and the writes and reads,
  * which place the app's side of them by sequence number. */
 struct lt_h2_event {

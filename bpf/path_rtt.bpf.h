@@ -199,6 +199,26 @@ static __always_inline struct path_rtt *path_get(const struct lt_flow *f, __u64 
 	return &v->rtt;
 }
 
+/* The RTTs of the flow's path if it has a slot, 0 otherwise: a lookup
+ * that takes no slot, for readers that add no sample. */
+static __always_inline struct path_rtt *path_find(const struct lt_flow *f)
+{
+	struct path_slot *v;
+	struct path_key k;
+	__u32 i;
+
+	path_key_of(f, &k);
+	i = (path_hash(&k) & (PATH_SETS - 1)) * 2;
+	v = bpf_map_lookup_elem(&paths, &i);
+	if (v && path_key_eq(&v->key, &k))
+		return &v->rtt;
+	i++;
+	v = bpf_map_lookup_elem(&paths, &i);
+	if (v && path_key_eq(&v->key, &k))
+		return &v->rtt;
+	return 0;
+}
+
 /* A clean RTT sample of the flow's path: it lowers the path's minimum and
  * fills its buckets and windowed minimum. */
 static __always_inline void path_add_clean(const struct lt_flow *f, __u32 rtt, __u64 now)

@@ -83,6 +83,8 @@ func (d *Daemon) serveHealth() {
 	p.Counter("lattrace_http2_streams_total", "exchanges made of HTTP/2 streams (each replaces the connection's own exchanges)", kernel(func(c tracer.Counters) uint64 { return c.H2Streams }))
 	p.Counter("lattrace_http2_frames_unplaced_total", "outgoing HTTP/2 frames whose write was not seen: their departure stands in for the write", kernel(func(c tracer.Counters) uint64 { return c.H2Unplaced }))
 	p.Counter("lattrace_http2_streams_unread_total", "HTTP/2 streams written without the read of their incoming message (no local read time)", kernel(func(c tracer.Counters) uint64 { return c.H2Unread }))
+	p.Counter("lattrace_http2_connection_exchanges_replaced_total", "connection-level exchanges of HTTP/2 connections dropped for their streams' exchanges", kernel(func(c tracer.Counters) uint64 { return c.H2ConnReplaced }))
+	p.Counter("lattrace_http2_frames_ignored_total", "HTTP/2 frames of streams already written (after a reset) or beyond the open streams a connection may keep", kernel(func(c tracer.Counters) uint64 { return c.H2Ignored }))
 	p.Counter("lattrace_released_unsynced_total", "times records were released to the kernel before every output made them durable (a slow backend held half the ring)", kernel(func(c tracer.Counters) uint64 { return c.ReleasedUnsynced }))
 	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
 	if x := d.otlp; x != nil {
@@ -151,6 +153,7 @@ func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a 
 		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
 		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff, "released_unsynced", c.ReleasedUnsynced,
 		"exchanges_idle_written", c.IdleWritten, "exchanges_unfinished", c.Unfinished, "netns_unswept", c.NetnsUnswept, "http2_unsynced", c.H2Unsynced,
-		"http2_streams", c.H2Streams, "http2_frames_unplaced", c.H2Unplaced, "http2_streams_unread", c.H2Unread,
+		"http2_streams", c.H2Streams, "http2_connection_exchanges_replaced", c.H2ConnReplaced, "http2_frames_unplaced", c.H2Unplaced,
+		"http2_streams_unread", c.H2Unread, "http2_frames_ignored", c.H2Ignored,
 		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
 }

@@ -232,8 +232,9 @@ type HTTP2Stream struct {
 	// Reset: the stream ended with RST_STREAM, either way.
 	Reset bool `json:"reset,omitempty"`
 	// InGaps is time inside the incoming message when the stream was
-	// silent for longer than two round trips: a streamed message's pauses
-	// between its parts. It counts as the peer's (Peer), not as receive.
+	// silent for longer than two round trips (1 ms at least): a streamed
+	// message's pauses between its parts. It counts as the peer's (Peer),
+	// not as receive.
 	InGaps time.Duration `json:"in_gaps_ns,omitempty"`
 }
 

@@ -143,11 +143,14 @@ type KernelCounters struct {
 	// H2Streams counts exchanges made of HTTP/2 streams; H2ConnReplaced
 	// the connection-level exchanges they replaced. H2Unplaced counts
 	// outgoing frames whose write was not seen, H2Unread streams written
-	// without the read of their incoming message.
+	// without the read of their incoming message, H2Ignored frames of
+	// streams already written or beyond the open streams a connection
+	// may keep.
 	H2Streams      uint64 `json:"http2_streams"`
 	H2ConnReplaced uint64 `json:"http2_connection_exchanges_replaced"`
 	H2Unplaced     uint64 `json:"http2_frames_unplaced"`
 	H2Unread       uint64 `json:"http2_streams_unread"`
+	H2Ignored      uint64 `json:"http2_frames_ignored"`
 	// NetnsUnswept counts network namespaces the sweep could not enter,
 	// once per sweep.
 	NetnsUnswept uint64 `json:"netns_unswept"`

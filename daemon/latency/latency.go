@@ -218,9 +218,9 @@ func responder(e *record.Exchange) {
 }
 
 // send sets SendWait, the outgoing message's time from the write (where ch
-// stands) to its last byte first sent, x1, and returns x1. A message
-// written in pieces was not in the kernel between them when all of it
-// written so far had left: that time is the local app's (Think).
+// stands) to its last byte first sent, x1, and returns x1. Between the
+// pieces of a message written in pieces, with all of it so far sent, the
+// kernel holds nothing: that time is the local app's (Think).
 func send(e *record.Exchange, ch *chain, x1 record.Mono) record.Mono {
 	c := &e.Components
 	c.SendWait = ch.to(x1)

@@ -34,9 +34,10 @@ type Kind uint8
 // The kinds of event (enum lt_h2_event_kind).
 const (
 	FrameOut Kind = iota + 1 // a frame of a stream left
-	FrameIn                  // a frame of a stream arrived
+	FrameIn                  // a frame of a stream, or a WINDOW_UPDATE, arrived
 	Write                    // a write returned
 	Read                     // a read returned
+	Lost                     // the framing was lost: the connection's streams end
 )
 
 // Frame types and flags of RFC 9113 that cut a stream.
@@ -45,7 +46,9 @@ const (
 	TypeHeaders      = 1
 	TypeRstStream    = 3
 	TypeWindowUpdate = 8
+	TypeContinuation = 9
 	FlagEndStream    = 0x1
+	FlagEndHeaders   = 0x4
 )
 
 // Event is one event of a followed connection (struct lt_h2_event).
@@ -83,6 +86,9 @@ type Stats struct {
 	// Unread counts streams written without the read that took their
 	// incoming message (none came within ReadWait).
 	Unread atomic.Uint64
+	// Ignored counts frames of streams already written (a frame that
+	// follows a reset) or beyond maxStreams open on a connection.
+	Ignored atomic.Uint64
 }
 
 // Bounds on what one connection keeps.
@@ -96,6 +102,8 @@ const (
 	// maxStreams: streams open at once on a connection (servers allow 100
 	// to a few hundred by SETTINGS_MAX_CONCURRENT_STREAMS).
 	maxStreams = 4096
+	// maxClosed: streams written whose late frames are recognised.
+	maxClosed = 1024
 )
 
 // ReadWait is how long a stream whose answer arrived waits for the read
@@ -139,9 +147,16 @@ type conn struct {
 	answered bool
 	first    bool        // the connection's first stream is opened
 	window   record.Mono // the peer's latest WINDOW_UPDATE for the connection
-	// sent is after the latest outgoing frame: frames leave in order, so
-	// no frame to come is in a write that ends before it.
-	sent uint32
+	// sent is after the latest outgoing frame (once sentSeen): frames
+	// leave in order, so no frame to come is in a write that ends before
+	// it.
+	sent     uint32
+	sentSeen bool
+	// closed holds the streams written lately, oldest first in
+	// closedOrder: a frame of one (DATA queued before the peer's reset)
+	// starts nothing.
+	closed      map[uint32]struct{}
+	closedOrder []uint32
 }
 
 // half is one message of a stream: the local end's (out) or the peer's (in).
@@ -152,14 +167,18 @@ type half struct {
 	t0      record.Mono // first frame's header
 	w0, w1  record.Mono // out: its writes
 	ended   bool
-	end     uint32      // after its last byte
-	last    record.Mono // out: when its latest bytes left the kernel or the app got control back; in: the latest frame's arrival
-	x1      record.Mono // out: the last byte left; in: it arrived (r1)
-	d1      record.Mono // in: the read that took it
-	gaps    time.Duration
-	flow    time.Duration // out: waits for the flow-control window
-	data    uint32
-	bytes   uint64
+	// endAfter: END_STREAM came on a HEADERS frame whose header block
+	// goes on in CONTINUATION frames: the message ends with END_HEADERS.
+	endAfter bool
+	end      uint32      // after its last byte
+	last     record.Mono // out: when its latest bytes left the kernel or the app got control back; in: the latest frame's arrival
+	wlast    record.Mono // out: its latest write returned
+	x1       record.Mono // out: the last byte left; in: it arrived (r1)
+	d1       record.Mono // in: the read that took it
+	gaps     time.Duration
+	flow     time.Duration // out: waits for the flow-control window
+	data     uint32
+	bytes    uint64
 }
 
 type stream struct {
@@ -178,7 +197,10 @@ type stream struct {
 func (a *Assembler) Add(ev *Event, emit func(*record.Exchange)) {
 	c := a.conns[ev.Cookie]
 	if c == nil {
-		c = &conn{cookie: ev.Cookie, streams: map[uint32]*stream{}}
+		if ev.Kind == Lost {
+			return
+		}
+		c = &conn{cookie: ev.Cookie, streams: map[uint32]*stream{}, closed: map[uint32]struct{}{}}
 		a.conns[ev.Cookie] = c
 	}
 	c.flow, c.role, c.connect = ev.Flow, ev.ConnRole, ev.Connect
@@ -191,18 +213,17 @@ func (a *Assembler) Add(ev *Event, emit func(*record.Exchange)) {
 	switch ev.Kind {
 	case FrameOut:
 		c.isnL, c.isnR = ev.ISNLocal, ev.ISNRemote
-		if w, ok := c.writeOf(ev.Seq); ok {
-			a.out(c, ev, &w, emit)
+		if len(c.waiting) == 0 && a.tryOut(c, ev, emit) {
 			c.prune()
-		} else {
-			if len(c.waiting) == maxWaiting {
-				a.Stats.Unplaced.Add(1)
-				old := c.waiting[0]
-				c.waiting = c.waiting[1:]
-				a.out(c, &old, nil, emit)
-			}
-			c.waiting = append(c.waiting, *ev)
+			break
 		}
+		if len(c.waiting) == maxWaiting {
+			a.Stats.Unplaced.Add(1)
+			old := c.waiting[0]
+			c.waiting = c.waiting[1:]
+			a.out(c, &old, nil, nil, emit)
+		}
+		c.waiting = append(c.waiting, *ev)
 	case Write:
 		if len(c.writes) == maxWrites {
 			c.writes = c.writes[1:]
@@ -220,10 +241,29 @@ func (a *Assembler) Add(ev *Event, emit func(*record.Exchange)) {
 		for _, s := range c.streams {
 			if h := &s.in; h.ended && h.d1 == 0 && !before(ev.Seq, h.end) {
 				h.d1 = ev.T1
-				a.finish(c, s, false, emit)
+				a.finish(c, s, complete, emit)
 			}
 		}
+	case Lost:
+		// What is in progress is written as it stands; the
+		// connection's own exchanges take over.
+		a.Close(ev.Cookie, emit)
 	}
+}
+
+// tryOut places an outgoing frame if the writes of its first and last
+// bytes are seen.
+func (a *Assembler) tryOut(c *conn, ev *Event, emit func(*record.Exchange)) bool {
+	last, ok := c.writeOf(ev.End - 1)
+	if !ok {
+		return false
+	}
+	first, ok := c.writeOf(ev.Seq)
+	if !ok {
+		first = last
+	}
+	a.out(c, ev, &first, &last, emit)
+	return true
 }
 
 // writeOf finds the write that handed seq to the kernel.
@@ -236,20 +276,22 @@ func (c *conn) writeOf(seq uint32) (write, bool) {
 	return write{}, false
 }
 
-// place places the waiting frames a write now covers, in order. One before
-// every write seen since has no write to come (sent by a write that was
-// not traced): it is placed at its own departure.
+// place places the waiting frames the writes now cover, in order. One
+// whose bytes end before every write seen since has no write to come
+// (sent by a write that was not traced): it is placed at its own
+// departure.
 func (a *Assembler) place(c *conn, emit func(*record.Exchange)) {
 	newest := c.writes[len(c.writes)-1]
 	n := 0
 	for i := range c.waiting {
 		ev := &c.waiting[i]
-		if w, ok := c.writeOf(ev.Seq); ok {
-			a.out(c, ev, &w, emit)
-		} else if before(ev.Seq, newest.seq) {
+		switch {
+		case n == 0 && a.tryOut(c, ev, emit):
+		case n == 0 && before(ev.End-1, newest.seq):
 			a.Stats.Unplaced.Add(1)
-			a.out(c, ev, nil, emit)
-		} else {
+			a.out(c, ev, nil, nil, emit)
+		default:
+			// Frames are placed in order: one waits, those after it wait.
 			c.waiting[n] = *ev
 			n++
 		}
@@ -260,29 +302,41 @@ func (a *Assembler) place(c *conn, emit func(*record.Exchange)) {
 
 // prune drops the writes that no frame to come can be in.
 func (c *conn) prune() {
-	for len(c.writes) > 0 && !after(c.writes[0].end, c.sent) && (len(c.waiting) == 0 || !after(c.writes[0].end, c.waiting[0].Seq)) {
+	for len(c.writes) > 0 && c.sentSeen && !after(c.writes[0].end, c.sent) &&
+		(len(c.waiting) == 0 || !after(c.writes[0].end, c.waiting[0].Seq)) {
 		c.writes = c.writes[1:]
 	}
 }
 
-func (c *conn) stream(id uint32) *stream {
+// stream is stream id's state, made at its first frame; nil for a frame
+// of a stream written already, or beyond maxStreams (counted).
+func (a *Assembler) stream(c *conn, id uint32) *stream {
 	s := c.streams[id]
-	if s == nil && len(c.streams) < maxStreams {
-		s = &stream{id: id}
-		c.streams[id] = s
+	if s != nil {
+		return s
 	}
+	if _, done := c.closed[id]; done || len(c.streams) >= maxStreams {
+		a.Stats.Ignored.Add(1)
+		return nil
+	}
+	s = &stream{id: id}
+	c.streams[id] = s
 	return s
 }
 
-// out takes an outgoing frame, placed in its write w (nil: none seen).
-func (a *Assembler) out(c *conn, ev *Event, w *write, emit func(*record.Exchange)) {
-	s := c.stream(ev.Stream)
+// out takes an outgoing frame, placed in the writes of its first and last
+// bytes (nil: none seen).
+func (a *Assembler) out(c *conn, ev *Event, first, last *write, emit func(*record.Exchange)) {
+	if !c.sentSeen || after(ev.End, c.sent) {
+		c.sent, c.sentSeen = ev.End, true
+	}
+	s := a.stream(c, ev.Stream)
 	if s == nil {
 		return
 	}
 	wt0, wt1 := ev.T0, ev.T1
-	if w != nil {
-		wt0, wt1 = w.t0, w.t1
+	if first != nil {
+		wt0, wt1 = first.t0, last.t1
 	}
 	h := &s.out
 	if !h.seen {
@@ -290,26 +344,28 @@ func (a *Assembler) out(c *conn, ev *Event, w *write, emit func(*record.Exchange
 		if !c.answered && c.connect != 0 && c.connect < wt0 {
 			s.connect = c.connect
 		}
-		s.first, c.first = !c.first, true
-	} else if wt0 > h.last {
-		// Nothing of the message was in the kernel between its last
-		// bytes and this write: the app was producing it, or holding it
-		// for the flow-control window when the write follows the
-		// peer's WINDOW_UPDATE.
-		if wu := max(c.window, s.window); wu > h.last && wu <= wt0 && wt0.Sub(wu) <= windowFollows {
-			h.flow += wt0.Sub(h.last)
-		} else {
+		if !s.in.seen {
+			s.first, c.first = !c.first, true
+		}
+	} else if wt0 > h.wlast {
+		// A later write of the message. One that follows the peer's
+		// WINDOW_UPDATE was held by the library for the flow-control
+		// window since the write before returned, whatever the kernel
+		// still had to send (a pacing sender spreads a window over the
+		// round trip). Otherwise, with nothing of the message in the
+		// kernel since its last bytes left, the app was producing it.
+		if wu := max(c.window, s.window); wu > h.wlast && wu <= wt0 && wt0.Sub(wu) <= windowFollows {
+			h.flow += wt0.Sub(h.wlast)
+		} else if wt0 > h.last {
 			h.gaps += wt0.Sub(h.last)
 		}
 	}
 	h.last = max(h.last, ev.T1, wt1)
+	h.wlast = max(h.wlast, wt1)
 	if h.take(s, ev) {
 		h.w1 = wt1
 	}
-	if after(ev.End, c.sent) {
-		c.sent = ev.End
-	}
-	a.finish(c, s, false, emit)
+	a.finish(c, s, complete, emit)
 }
 
 // windowFollows is how soon after the peer's WINDOW_UPDATE the write of a
@@ -329,7 +385,7 @@ func (c *conn) windowUpdate(ev *Event) {
 
 // in takes an incoming frame.
 func (a *Assembler) in(c *conn, ev *Event, emit func(*record.Exchange)) {
-	s := c.stream(ev.Stream)
+	s := a.stream(c, ev.Stream)
 	if s == nil {
 		return
 	}
@@ -353,7 +409,7 @@ func (a *Assembler) in(c *conn, ev *Event, emit func(*record.Exchange)) {
 	}
 	h.last = max(h.last, ev.T1)
 	h.take(s, ev)
-	a.finish(c, s, false, emit)
+	a.finish(c, s, complete, emit)
 }
 
 // take counts a frame of the message; END_STREAM (or RST_STREAM, which
@@ -367,7 +423,14 @@ func (h *half) take(s *stream, ev *Event) bool {
 	case TypeData:
 		h.data++
 	}
-	if ev.Flags&FlagEndStream == 0 && ev.Type != TypeRstStream {
+	switch {
+	case ev.Type == TypeRstStream:
+	case ev.Type == TypeHeaders && ev.Flags&FlagEndStream != 0 && ev.Flags&FlagEndHeaders == 0:
+		h.endAfter = true
+		return false
+	case ev.Type == TypeContinuation && h.endAfter && ev.Flags&FlagEndHeaders != 0:
+	case ev.Type != TypeContinuation && ev.Flags&FlagEndStream != 0:
+	default:
 		return false
 	}
 	h.ended, h.end, h.x1 = true, ev.End, ev.T1
@@ -386,11 +449,19 @@ func pause(r rtts) time.Duration {
 // opens odd-numbered streams, the server's pushes are even.
 func (c *conn) requester(id uint32) bool { return (c.role == record.RoleClient) == (id%2 == 1) }
 
-// finish writes s when it is complete: both messages ended (or reset) and
-// the incoming one read; with force, as it stands.
-func (a *Assembler) finish(c *conn, s *stream, force bool, emit func(*record.Exchange)) {
+// How finish writes a stream.
+type ending int
+
+const (
+	complete ending = iota // only when complete: both messages ended (or reset) and the incoming one read
+	asIs                   // as it stands: a message not ended is unanswered
+	stopped                // as it stands, the daemon stopping: one not complete is unfinished
+)
+
+// finish writes s as how says.
+func (a *Assembler) finish(c *conn, s *stream, how ending, emit func(*record.Exchange)) {
 	done := s.out.ended && s.in.ended || s.reset
-	if !force {
+	if how == complete {
 		if !done {
 			return
 		}
@@ -405,9 +476,18 @@ func (a *Assembler) finish(c *conn, s *stream, force bool, emit func(*record.Exc
 		a.Stats.Unread.Add(1)
 	}
 	delete(c.streams, s.id)
+	c.closed[s.id] = struct{}{}
+	c.closedOrder = append(c.closedOrder, s.id)
+	if len(c.closedOrder) > maxClosed {
+		delete(c.closed, c.closedOrder[0])
+		c.closedOrder = c.closedOrder[1:]
+	}
 	a.Stats.Streams.Add(1)
 	e := &a.ex
 	a.exchange(c, s, e)
+	if how == stopped && !done {
+		e.Unanswered, e.Unfinished = false, true
+	}
 	emit(e)
 }
 
@@ -464,23 +544,55 @@ func (a *Assembler) Expire(now record.Mono, emit func(*record.Exchange)) {
 			ev := c.waiting[0]
 			c.waiting = c.waiting[1:]
 			a.Stats.Unplaced.Add(1)
-			a.out(c, &ev, nil, emit)
+			a.out(c, &ev, nil, nil, emit)
 		}
 		for _, s := range c.streams {
 			if s.endedAt != 0 && now.Sub(s.endedAt) > ReadWait {
-				a.finish(c, s, true, emit)
+				a.finish(c, s, asIs, emit)
 			}
 		}
 		// A connection whose close was not seen (its record lost) goes
 		// once quiet; if it was only idle, its next events start afresh.
-		if len(c.streams) == 0 && len(c.waiting) == 0 && now.Sub(c.last) > idleForget {
+		// One with streams open is kept longer (a watch is quiet for
+		// minutes), then written as it stands.
+		switch quiet := now.Sub(c.last); {
+		case len(c.streams) == 0 && len(c.waiting) == 0 && quiet > idleForget:
 			delete(a.conns, c.cookie)
+		case quiet > openForget:
+			a.Close(c.cookie, emit)
 		}
 	}
 }
 
-// idleForget is how long a connection without streams in progress is kept.
-const idleForget = 10 * time.Minute
+// idleForget is how long a connection without streams in progress is kept
+// after its last event; openForget one with streams open.
+const (
+	idleForget = 10 * time.Minute
+	openForget = time.Hour
+)
+
+// Stop writes every stream in progress as it stands, those not complete
+// unfinished (the daemon stops: nothing more will be read of them), and
+// forgets every connection.
+func (a *Assembler) Stop(emit func(*record.Exchange)) {
+	for cookie, c := range a.conns {
+		a.flushWaiting(c, emit)
+		for _, s := range c.streams {
+			a.finish(c, s, stopped, emit)
+		}
+		delete(a.conns, cookie)
+	}
+}
+
+// flushWaiting places the frames still waiting for their writes at their
+// own departures.
+func (a *Assembler) flushWaiting(c *conn, emit func(*record.Exchange)) {
+	for i := range c.waiting {
+		a.Stats.Unplaced.Add(1)
+		a.out(c, &c.waiting[i], nil, nil, emit)
+	}
+	c.waiting = nil
+}
 
 // Close writes the connection's streams still open, as they stand (an
 // answer that never came is unanswered), and forgets it.
@@ -489,13 +601,9 @@ func (a *Assembler) Close(cookie uint64, emit func(*record.Exchange)) {
 	if c == nil {
 		return
 	}
-	for _, ev := range c.waiting {
-		a.Stats.Unplaced.Add(1)
-		a.out(c, &ev, nil, emit)
-	}
-	c.waiting = nil
+	a.flushWaiting(c, emit)
 	for _, s := range c.streams {
-		a.finish(c, s, true, emit)
+		a.finish(c, s, asIs, emit)
 	}
 	delete(a.conns, cookie)
 }

@@ -33,11 +33,22 @@ func (r *run) add(evs ...Event) {
 	}
 }
 
+// headers: a HEADERS frame's header block is whole (END_HEADERS) unless
+// a test says otherwise.
+func headers(typ, flags uint8) uint8 {
+	if typ == TypeHeaders {
+		flags |= FlagEndHeaders
+	}
+	return flags
+}
+
 func frameOut(stream uint32, typ, flags uint8, seq, end uint32, at record.Mono) Event {
+	flags = headers(typ, flags)
 	return Event{Kind: FrameOut, Stream: stream, Type: typ, Flags: flags, Seq: seq, End: end, T0: at, T1: at}
 }
 
 func frameIn(stream uint32, typ, flags uint8, seq, end uint32, at record.Mono) Event {
+	flags = headers(typ, flags)
 	return Event{Kind: FrameIn, Stream: stream, Type: typ, Flags: flags, Seq: seq, End: end, T0: at, T1: at,
 		MinRTT: 24 * time.Millisecond, PathMinRTT: 24 * time.Millisecond}
 }
@@ -117,6 +128,9 @@ func TestConcurrentServer(t *testing.T) {
 	}
 	if r.out[0].Timeline.W0 != 15*ms || r.out[1].Timeline.W0 != 20*ms || r.out[1].Timeline.X1 != 20*ms+2 {
 		t.Errorf("writes: %+v and %+v", r.out[0].Timeline, r.out[1].Timeline)
+	}
+	if r.out[0].First || !r.out[1].First {
+		t.Errorf("first: stream 3 %v, stream 1 %v; want stream 1's, whose request came first", r.out[0].First, r.out[1].First)
 	}
 	if r.out[0].InSeq != 140 || r.out[1].InSeq != 100 {
 		t.Errorf("requests start at %d and %d, want 140 and 100", r.out[0].InSeq, r.out[1].InSeq)
@@ -242,5 +256,72 @@ func TestConnectOnFirstStreams(t *testing.T) {
 		if e.Timeline.Connect != want || e.First != (e.Stream.ID == 1) {
 			t.Errorf("stream %d: connect %v first %v, want %v and %v", e.Stream.ID, e.Timeline.Connect, e.First, want, e.Stream.ID == 1)
 		}
+	}
+}
+
+// A header block that goes on in CONTINUATION frames ends the message
+// with its END_HEADERS, not at the HEADERS frame's END_STREAM.
+func TestContinuation(t *testing.T) {
+	r := newRun()
+	r.add(
+		frameOut(1, TypeHeaders, FlagEndStream, 100, 150, 1*ms),
+		written(100, 150, 1*ms, 1*ms),
+		Event{Kind: FrameIn, Stream: 1, Type: TypeHeaders, Flags: FlagEndStream, Seq: 500, End: 600, T0: 30 * ms, T1: 30 * ms},
+		Event{Kind: FrameIn, Stream: 1, Type: TypeContinuation, Flags: FlagEndHeaders, Seq: 600, End: 700, T0: 31 * ms, T1: 31 * ms},
+		read(700, 32*ms),
+	)
+	if len(r.out) != 1 || r.out[0].Timeline.R1 != 31*ms || r.out[0].BytesIn != 200 {
+		t.Fatalf("%+v", r.out)
+	}
+}
+
+// A frame of a stream already written (DATA the server had queued before
+// the client's reset) starts no stream of its own; the daemon's stop
+// writes the streams in progress unfinished.
+func TestLateFrameAndStop(t *testing.T) {
+	r := newRun()
+	r.add(
+		frameOut(1, TypeHeaders, FlagEndStream, 100, 150, 1*ms),
+		written(100, 150, 1*ms, 1*ms),
+		frameIn(1, TypeRstStream, 0, 500, 513, 30*ms),
+		frameIn(1, TypeData, 0, 513, 600, 30*ms),
+		frameOut(3, TypeHeaders, FlagEndStream, 150, 200, 40*ms),
+		written(150, 200, 40*ms, 40*ms),
+	)
+	if len(r.out) != 1 || !r.out[0].Stream.Reset || r.a.Stats.Ignored.Load() != 1 {
+		t.Fatalf("%+v, %d ignored", r.out, r.a.Stats.Ignored.Load())
+	}
+	r.a.Stop(r.emit)
+	if len(r.out) != 2 || r.out[1].Stream.ID != 3 || !r.out[1].Unfinished || r.out[1].Unanswered || r.a.Conns() != 0 {
+		t.Fatalf("after the stop: %+v", r.out)
+	}
+}
+
+// The framing lost: the streams in progress are written as they stand.
+func TestLost(t *testing.T) {
+	r := newRun()
+	r.add(
+		frameOut(1, TypeHeaders, FlagEndStream, 100, 150, 1*ms),
+		written(100, 150, 1*ms, 1*ms),
+		Event{Kind: Lost},
+	)
+	if len(r.out) != 1 || !r.out[0].Unanswered || r.a.Conns() != 0 {
+		t.Fatalf("%+v", r.out)
+	}
+}
+
+// Sequence numbers past 2^31 (half of all connections): a frame that
+// leaves after its write returned still finds it.
+func TestHighSequenceNumbers(t *testing.T) {
+	r := newRun()
+	const base = 0xfffff000
+	r.add(
+		written(base, base+100, 1*ms, 1*ms+1),
+		frameOut(1, TypeHeaders, FlagEndStream, base, base+100, 5*ms),
+		frameIn(1, TypeHeaders, FlagEndStream, 500, 550, 30*ms),
+		read(550, 31*ms),
+	)
+	if len(r.out) != 1 || r.out[0].Timeline.W0 != 1*ms || r.a.Stats.Unplaced.Load() != 0 {
+		t.Fatalf("%+v, %d unplaced", r.out, r.a.Stats.Unplaced.Load())
 	}
 }

@@ -28,8 +28,9 @@ type Counters struct {
 	// the connection-level exchanges they replaced (dropped). H2Unplaced
 	// counts outgoing frames whose write was not seen (their x1 stands in
 	// for w0/w1); H2Unread streams written without the read of their
-	// incoming message (d1 unknown).
-	H2Streams, H2ConnReplaced, H2Unplaced, H2Unread uint64
+	// incoming message (d1 unknown); H2Ignored frames of streams already
+	// written or beyond the streams a connection may keep open.
+	H2Streams, H2ConnReplaced, H2Unplaced, H2Unread, H2Ignored uint64
 	// NetnsUnswept counts the times the sweep passed over a network
 	// namespace it could not enter (their exchanges wait for the turn).
 	NetnsUnswept uint64
@@ -90,5 +91,6 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.H2Streams = t.streams.Stats.Streams.Load()
 	c.H2Unplaced = t.streams.Stats.Unplaced.Load()
 	c.H2Unread = t.streams.Stats.Unread.Load()
+	c.H2Ignored = t.streams.Stats.Ignored.Load()
 	return c, nil
 }

@@ -208,6 +208,7 @@ const (
 	lattraceLtH2EventKindLT_H2FRAME_IN  lattraceLtH2EventKind = 2
 	lattraceLtH2EventKindLT_H2WRITE     lattraceLtH2EventKind = 3
 	lattraceLtH2EventKindLT_H2READ      lattraceLtH2EventKind = 4
+	lattraceLtH2EventKindLT_H2LOST      lattraceLtH2EventKind = 5
 )
 
 type lattraceLtH2Flag uint32

@@ -33,6 +33,10 @@ func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 		}
 		t.drain(sink)
 		if stopping {
+			// HTTP/2 streams in progress are written as they stand:
+			// their events are released with this drain.
+			t.streams.Stop(sink.Exchange)
+			t.flush(sink)
 			t.awaitSynced(exitSyncTimeout)
 			return nil
 		}

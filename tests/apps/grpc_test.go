@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/grpcapp"
 )
 
@@ -64,7 +65,20 @@ func TestGRPC(t *testing.T) {
 					truth{requests: len(lats), samples: len(lats), p50: quantile(lats, 0.5), p99: quantile(lats, 0.99),
 						think: &think, streams: !c.tls, fallback: c.tls, connectTimed: true})
 				if c.tls {
+					// The connections' own exchanges, as many
+					// as the cuts between directions: at least one
+					// per call at each end.
 					a.noHTTP2Frames(port)
+					for _, end := range [][]*record.Exchange{client, server} {
+						if len(end) < len(lats) {
+							t.Errorf("over TLS: %d exchanges at an end for %d calls", len(end), len(lats))
+						}
+						for _, e := range end {
+							if e.Stream != nil {
+								t.Errorf("over TLS: an exchange of stream %d", e.Stream.ID)
+							}
+						}
+					}
 				}
 			})
 		}
@@ -131,8 +145,14 @@ func TestGRPCFlowControl(t *testing.T) {
 				durs = append(durs, e.Duration)
 				flows = append(flows, e.Components.SendWaitFlowControl)
 			}
-			if len(durs) != calls || len(server) != calls {
-				t.Fatalf("%d exchanges at the client's end and %d at the server's for %d calls", len(durs), len(server), calls)
+			streams := 0
+			for _, e := range server {
+				if e.Stream != nil && !e.Unanswered {
+					streams++
+				}
+			}
+			if len(durs) != calls || streams != calls || len(server) != calls {
+				t.Fatalf("%d exchanges of whole streams at the client's end and %d at the server's (of %d) for %d calls", len(durs), streams, len(server), calls)
 			}
 			// Each window after the first comes a round trip after the
 			// data it answers left: half of that, at least, is waiting.

@@ -81,6 +81,7 @@ type app struct {
 	col            *labtrace.Collector
 	netnsA, netnsB uint32
 	dir            string // config, data and logs of this test's processes
+	tr             *tracer.Tracer
 }
 
 func newApp(t *testing.T, cc string) *app {
@@ -98,7 +99,7 @@ func newApp(t *testing.T, cc string) *app {
 		t.Fatal(err)
 	}
 	a.col = labtrace.NewCollector(a.netnsA, a.netnsB)
-	labtrace.Run(t, tracer.Options{}, a.col)
+	a.tr = labtrace.Run(t, tracer.Options{}, a.col)
 	return a
 }
 
@@ -513,9 +514,15 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 }
 
 // checkStreams holds both ends of HTTP/2 connections to one exchange per
-// stream: requests of them at each end, none unanswered, and each
-// client's exchange named as the server's is (the trace's join).
+// stream: requests of them at each end, none unanswered, each client's
+// exchange named as the server's is (the trace's join), and every frame
+// placed in its write and stream.
 func (a *app) checkStreams(fail func(string, ...any), client, server []*record.Exchange, requests int) {
+	if c, err := a.tr.Counters(); err != nil {
+		fail("tracer counters: %v", err)
+	} else if c.H2Unplaced != 0 || c.H2Ignored != 0 || c.H2Streams == 0 {
+		fail("HTTP/2 frames: %d placed without their write, %d ignored, %d streams", c.H2Unplaced, c.H2Ignored, c.H2Streams)
+	}
 	type key struct{ client, server, seq uint32 }
 	keys := map[key]int{}
 	for _, end := range []struct {
