@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -471,5 +473,29 @@ func TestDaemonWindow(t *testing.T) {
 	old.Merge(&quick, []string{"rates"})
 	if w := old.DaemonWindow(); w != 3*time.Second {
 		t.Errorf("merged rates: window %v, want 3s", w)
+	}
+}
+
+// An observer that fails (bpftrace unable to lift RLIMIT_MEMLOCK, say)
+// loses its own row; the others are measured in every round.
+func TestMeasureObserverFails(t *testing.T) {
+	w := Workload{Name: "fake", Unit: "round trips/s", open: func(context.Context) (func(context.Context, time.Duration) (Run, error), func(), Scope, error) {
+		return func(context.Context, time.Duration) (Run, error) { return Run{Rate: 100, P50: 10}, nil }, func() {}, Scope{}, nil
+	}}
+	fails := 0
+	observers := []Observer{
+		{Name: Baseline, Start: startNothing},
+		{Name: "fine", Start: startNothing},
+		{Name: "broken", Start: func(context.Context, *Env, Scope) (func() (string, error), error) {
+			fails++
+			return nil, errors.New("couldn't set RLIMIT_MEMLOCK")
+		}},
+	}
+	r, err := Measure(context.Background(), &Env{Dir: t.TempDir()}, w, observers, RunOptions{Reps: 3})
+	if err != nil {
+		t.Fatalf("the workload failed with its observer: %v", err)
+	}
+	if len(r.Rates["fine"]) != 3 || len(r.Rates["broken"]) != 0 || fails != 1 || !strings.Contains(r.Failed["broken"], "RLIMIT_MEMLOCK") {
+		t.Errorf("rates %v, %d starts of the broken one, failed %v", r.Rates, fails, r.Failed)
 	}
 }

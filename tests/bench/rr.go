@@ -199,6 +199,10 @@ type Result struct {
 	BaseP50s map[string][]float64 `json:"base_p50s,omitempty"`
 	// Evidence is what each observer said it saw in its last run.
 	Evidence map[string]string `json:"evidence"`
+	// Failed says why an observer's run failed (it could not start, or
+	// said so when stopped): it is measured no further on the workload,
+	// and its row says so, while the others go on.
+	Failed map[string]string `json:"failed,omitempty"`
 }
 
 // Ratio is an observer's rate over its baseline's, paired by round.
@@ -262,7 +266,7 @@ type RunOptions struct {
 // on one side of it counts half.
 func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o RunOptions) (Result, error) {
 	res := Result{Workload: w.Name, Unit: w.Unit, Rates: map[string][]float64{}, P50s: map[string][]float64{},
-		Base: map[string][]float64{}, BaseP50s: map[string][]float64{}, Evidence: map[string]string{}}
+		Base: map[string][]float64{}, BaseP50s: map[string][]float64{}, Evidence: map[string]string{}, Failed: map[string]string{}}
 	run, closeFn, sc, err := w.open(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", w.Name, err)
@@ -318,9 +322,21 @@ func Measure(ctx context.Context, env *Env, w Workload, observers []Observer, o 
 			return res, err
 		}
 		for _, ob := range Rotate(others, rep) {
+			if _, failed := res.Failed[ob.Name]; failed {
+				continue
+			}
 			r, err := measure(ob, rep)
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			if err != nil {
-				return res, err
+				// One tool that fails (a limit it cannot raise, a
+				// crash) loses its own row, not the workload's.
+				res.Failed[ob.Name] = err.Error()
+				if o.Log != nil {
+					o.Log("%-22s %-16s failed, measured no further on this workload: %v", w.Name, ob.Name, err)
+				}
+				continue
 			}
 			after, err := measure(untraced, rep)
 			if err != nil {

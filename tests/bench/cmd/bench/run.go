@@ -17,6 +17,7 @@ import (
 
 	"github.com/lattrace/lattrace/tests/bench"
 	"github.com/lattrace/lattrace/tests/otelcol"
+	"golang.org/x/sys/unix"
 )
 
 var allSections = []string{"rr", "hooks", "rates", "flows", "overload", "accuracy"}
@@ -153,6 +154,11 @@ func run(args []string) int {
 	observers := pick(bench.Observers(), p.observers)
 	for _, o := range observers {
 		res.Observers = append(res.Observers, bench.ObserverInfo{Name: o.Name, What: o.What})
+	}
+	// The BPF tools it runs (bpftrace, libbpf-tools) inherit the limit;
+	// bpftrace raises it itself or fails where it cannot.
+	if err := syscall.Setrlimit(unix.RLIMIT_MEMLOCK, &syscall.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}); err != nil {
+		logf("cannot lift RLIMIT_MEMLOCK for the BPF tools (%v): a tool that needs it fails and loses its own rows", err)
 	}
 	awake, err := bench.KeepAwake()
 	if err != nil {
