@@ -77,9 +77,11 @@ static __always_inline void handle_send_done(struct sock *sk, int ret)
 	st->sendmsg_calls++;
 	st->bytes_sent += ret;
 	note_owner(&st->owner);
-	h2_write_done(st, sk, ret);
 	tp = tcp_sk_of(sk);
-	if (!tp || st->phase != PHASE_OUT)
+	if (!tp)
+		return;
+	h2_write_done(st, sk, tp, ret);
+	if (st->phase != PHASE_OUT)
 		return;
 	now = bpf_ktime_get_ns();
 	st->cur.w1 = now;
@@ -257,9 +259,11 @@ static __always_inline void handle_recv_done(struct sock *sk, int ret, int flags
 	if (!st && (!is_tcp(sk) || !task_in_scope() || !(st = sock_state(sk, true))))
 		return;
 	note_owner(&st->owner);
-	h2_read_done(st, sk);
 	tp = tcp_sk_of(sk);
-	if (!tp || st->phase != PHASE_IN)
+	if (!tp)
+		return;
+	h2_read_done(st, sk, tp);
+	if (st->phase != PHASE_IN)
 		return;
 	if (!after(st->in_seq_end, tp->copied_seq))
 		st->cur.d1 = bpf_ktime_get_ns();

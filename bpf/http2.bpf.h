@@ -486,18 +486,16 @@ static __always_inline void h2_write_begins(struct lt_sock *st, struct sock *sk,
 
 /* A write call that accepted ret bytes returned on a followed connection:
  * they are the last ret bytes written. */
-static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, int ret)
+static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, int ret)
 {
 	struct lt_h2_event *ev;
 	struct h2_state *h2;
-	struct tcp_sock *tp;
 	__u64 now, t0;
 
 	if (!(st->h2 & H2_STREAMS))
 		return;
 	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
-	tp = tcp_sk_of(sk);
-	if (!h2 || !tp)
+	if (!h2)
 		return;
 	now = bpf_ktime_get_ns();
 	t0 = h2->write_t0 ? h2->write_t0 : now;
@@ -514,15 +512,11 @@ static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, i
 
 /* A read returned on a followed connection: everything before copied_seq
  * is read. */
-static __always_inline void h2_read_done(struct lt_sock *st, struct sock *sk)
+static __always_inline void h2_read_done(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp)
 {
 	struct lt_h2_event *ev;
-	struct tcp_sock *tp;
 
 	if (!(st->h2 & H2_STREAMS))
-		return;
-	tp = tcp_sk_of(sk);
-	if (!tp)
 		return;
 	sock_cookie(st, sk);
 	ev = h2_event(st, LT_H2_READ, bpf_ktime_get_ns());

@@ -1,9 +1,7 @@
 package apps
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -58,7 +56,7 @@ func TestGRPC(t *testing.T) {
 				a.serve(port, srv...)
 				logFile := filepath.Join(a.dir, "calls.log")
 				a.client(append([]string{bin, "client", "-addr", addr, "-n", strconv.Itoa(c.n), "-log", logFile}, c.args...)...)
-				lats := microsLines(t, logFile)
+				lats := callTimes(t, logFile)
 				client, server := a.ends(port)
 				think := c.think
 				a.check(fmt.Sprintf("grpc-go %s (%s)", c.name, cc), client, server,
@@ -85,23 +83,11 @@ func TestGRPC(t *testing.T) {
 	}
 }
 
-// microsLines reads a file of one duration in microseconds per line.
-func microsLines(t *testing.T, path string) []time.Duration {
+// callTimes reads grpcapp's log of calls: one duration in microseconds a
+// line.
+func callTimes(t *testing.T, path string) []time.Duration {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var ds []time.Duration
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		us, err := strconv.ParseInt(sc.Text(), 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		ds = append(ds, time.Duration(us)*time.Microsecond)
-	}
+	ds := microsColumn(t, path, 0)
 	if len(ds) == 0 {
 		t.Fatalf("%s: no calls", path)
 	}
@@ -131,7 +117,7 @@ func TestGRPCFlowControl(t *testing.T) {
 			a.serve(port, bin, "server", "-addr", addr, "-window", strconv.Itoa(window))
 			logFile := filepath.Join(a.dir, "calls.log")
 			a.client(bin, "client", "-addr", addr, "-n", strconv.Itoa(calls), "-size", strconv.Itoa(size), "-log", logFile)
-			lats := microsLines(t, logFile)
+			lats := callTimes(t, logFile)
 			client, server := a.ends(port)
 			var durs, flows []time.Duration
 			for _, e := range client {
