@@ -42,7 +42,7 @@ func TestConfigPrecedence(t *testing.T) {
 // Bad input names the key, the file and the line, or the variable.
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []struct{ body, env, want string }{
-		{"output: none\ncolour: red\n", "", `:2: unknown key "colour" (known: api_addr, api_socket,`},
+		{"output: none\ncolour: red\n", "", `:2: unknown key "colour" (known: active_flows, api_addr, api_socket,`},
 		{"drain_interval: soon\n", "", `:1: drain_interval: "soon": time: invalid duration`},
 		{"metrics_max_peer_pairs: many\n", "", `:1: metrics_max_peer_pairs: "many"`},
 		{"output: none\noutput: jsonl\n", "", `:2: key "output" given twice`},

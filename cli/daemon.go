@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lattrace/lattrace/daemon"
+	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
@@ -88,6 +89,9 @@ func newDaemon() *cobra.Command {
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the daemon to this file until it exits (for a report of its cost; make pgo builds from one)")
+	f.IntVar(&cfg.Aggregate.MaxFlows, "max-flows", aggregate.DefaultMaxFlows, "connections (flows) the live tables hold at most, closed ones for 30s after; past it the least recently updated is evicted (lattrace_flows_evicted_total)")
+	f.IntVar(&cfg.Aggregate.ActiveFlows, "active-flows", aggregate.DefaultActiveFlows, "most recently updated flows kept unpacked, with their recent exchanges for the live view; the others are held packed, a few hundred bytes each, until their next record")
+	f.IntVar(&cfg.Aggregate.MaxPeers, "max-peers", aggregate.DefaultMaxPeers, "peer pairs the live tables hold at most; past it the least recently updated is evicted")
 	f.IntVar(&cfg.MaxPeerPairs, "metrics-max-peer-pairs", otlp.DefaultMaxPeerPairs, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")
 	f.StringVar(&cfg.APIAddr, "api-addr", "", "also serve the local API on this loopback host:port")

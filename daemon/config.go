@@ -54,6 +54,9 @@ func (c Config) Validate() error {
 	if err := c.Tracer.Validate(); err != nil {
 		return err
 	}
+	if err := c.Aggregate.Validate(); err != nil {
+		return err
+	}
 	if c.OTLP != nil {
 		if err := c.OTLP.Validate(); err != nil {
 			return err

@@ -65,7 +65,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: log, start: time.Now(), agg: aggregate.New(cfg.Aggregate)}
-	d.hist = history.New(history.Config{Flows: d.agg.Config().MaxFlows})
+	d.hist = history.New(history.Config{Flows: d.agg.Config().ActiveFlows})
 	if err := d.open(); err != nil {
 		d.close()
 		return nil, err

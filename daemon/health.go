@@ -42,6 +42,9 @@ func (d *Daemon) health() api.Health {
 	if c.DecodeErrors > 0 {
 		h.Problems = append(h.Problems, fmt.Sprintf("%d records could not be decoded", c.DecodeErrors))
 	}
+	if n := h.Aggregate.PackErrors; n > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d flows dropped: their packed state did not decode", n))
+	}
 	if len(h.Problems) > 0 {
 		h.Status = "degraded"
 	}
@@ -87,6 +90,8 @@ func (d *Daemon) serveHealth() {
 	p.Counter("lattrace_http2_frames_ignored_total", "HTTP/2 frames of streams already written (after a reset) or beyond the open streams a connection may keep", kernel(func(c tracer.Counters) uint64 { return c.H2Ignored }))
 	p.Counter("lattrace_released_unsynced_total", "times records were released to the kernel before every output made them durable (a slow backend held half the ring)", kernel(func(c tracer.Counters) uint64 { return c.ReleasedUnsynced }))
 	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
+	p.Gauge("lattrace_flows_packed", "flows held packed: not updated since the most recently updated ones (--active-flows) were", func() float64 { return float64(d.agg.Stats().PackedFlows) })
+	p.Counter("lattrace_flows_pack_errors_total", "flows dropped because their packed state did not decode", func() float64 { return float64(d.agg.Stats().PackErrors) })
 	if x := d.otlp; x != nil {
 		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
 		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
@@ -155,5 +160,5 @@ func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a 
 		"exchanges_idle_written", c.IdleWritten, "exchanges_unfinished", c.Unfinished, "netns_unswept", c.NetnsUnswept, "http2_unsynced", c.H2Unsynced,
 		"http2_streams", c.H2Streams, "http2_connection_exchanges_replaced", c.H2ConnReplaced, "http2_frames_unplaced", c.H2Unplaced,
 		"http2_streams_unread", c.H2Unread, "http2_frames_ignored", c.H2Ignored,
-		"flows", a.Flows, "flows_evicted", a.FlowsEvicted)
+		"flows", a.Flows, "flows_packed", a.PackedFlows, "flows_evicted", a.FlowsEvicted)
 }

@@ -1,6 +1,8 @@
 package aggregate
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,7 +13,8 @@ import (
 
 // Defaults for the zero Config fields.
 const (
-	DefaultMaxFlows         = 2048
+	DefaultMaxFlows         = 1 << 18
+	DefaultActiveFlows      = 2048
 	DefaultMaxPeers         = 1024
 	DefaultCloseGrace       = 30 * time.Second
 	DefaultFlowIdle         = 10 * time.Minute
@@ -24,9 +27,14 @@ const (
 type Config struct {
 	// MaxFlows and MaxPeers cap the tables; inserting into a full table
 	// evicts (see the package comment). What an entry costs, and so what
-	// the defaults hold, is in docs/decisions.md.
+	// the defaults hold, is in docs/decisions.md. MaxFlows counts packed
+	// flows too: it is a bound against a runaway, not the working size.
 	MaxFlows int
 	MaxPeers int
+	// ActiveFlows is how many of the most recently updated flows are kept
+	// unpacked, ready for their next exchange; the others are packed
+	// (pack.go) until their next record.
+	ActiveFlows int
 	// CloseGrace is how long a closed flow stays visible after its
 	// ConnClose.
 	CloseGrace time.Duration
@@ -43,6 +51,23 @@ type Config struct {
 	SketchBins int
 }
 
+// Validate checks the tables' bounds as a user gives them (the daemon's
+// flags); zero takes the default.
+func (c Config) Validate() error {
+	for _, b := range []struct {
+		flag string
+		v    int
+	}{{"--max-flows", c.MaxFlows}, {"--active-flows", c.ActiveFlows}, {"--max-peers", c.MaxPeers}} {
+		if b.v < 0 {
+			return fmt.Errorf("%s %d: want a positive number", b.flag, b.v)
+		}
+	}
+	if d := c.withDefaults(); c.ActiveFlows > d.MaxFlows {
+		return fmt.Errorf("--active-flows %d is above --max-flows %d", c.ActiveFlows, d.MaxFlows)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	if c.MaxFlows <= 0 {
 		c.MaxFlows = DefaultMaxFlows
@@ -50,6 +75,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxPeers <= 0 {
 		c.MaxPeers = DefaultMaxPeers
 	}
+	if c.ActiveFlows <= 0 {
+		c.ActiveFlows = DefaultActiveFlows
+	}
+	c.ActiveFlows = min(c.ActiveFlows, c.MaxFlows)
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = DefaultCloseGrace
 	}
@@ -71,13 +100,16 @@ func (c Config) withDefaults() Config {
 // Counters are the Aggregator's own health: how full it is and what it had
 // to drop. A rising FlowsEvicted means MaxFlows is too small for the host.
 type Counters struct {
-	Flows      int    `json:"flows"`
-	Peers      int    `json:"peers"`
-	MaxFlows   int    `json:"max_flows"`
-	MaxPeers   int    `json:"max_peers"`
-	Exchanges  uint64 `json:"exchanges"`
-	ConnOpens  uint64 `json:"conn_opens"`
-	ConnCloses uint64 `json:"conn_closes"`
+	Flows int `json:"flows"`
+	// PackedFlows are the flows among Flows that are packed: not updated
+	// since ActiveFlows others were.
+	PackedFlows int    `json:"packed_flows"`
+	Peers       int    `json:"peers"`
+	MaxFlows    int    `json:"max_flows"`
+	MaxPeers    int    `json:"max_peers"`
+	Exchanges   uint64 `json:"exchanges"`
+	ConnOpens   uint64 `json:"conn_opens"`
+	ConnCloses  uint64 `json:"conn_closes"`
 
 	FlowsCreated uint64 `json:"flows_created"`
 	PeersCreated uint64 `json:"peers_created"`
@@ -89,6 +121,9 @@ type Counters struct {
 	// Expired: dropped after FlowIdle / PeerIdle without records.
 	FlowsExpired uint64 `json:"flows_expired"`
 	PeersExpired uint64 `json:"peers_expired"`
+	// PackErrors counts packed flows that did not decode and were
+	// dropped: a bug if ever above zero.
+	PackErrors uint64 `json:"pack_errors"`
 }
 
 // FlowStats is a snapshot of one connection.
@@ -210,7 +245,17 @@ type Aggregator struct {
 	// whole FlowKey on every exchange. A socket that connects again (after
 	// a failed connect) is a new flow: its old entry is retired.
 	flows map[uint64]*flowEntry
-	peers map[record.PeerKey]*peerEntry
+	// packed holds the flows outside the ActiveFlows most recently
+	// updated, by cookie too; a flow is in one map or the other.
+	packed map[uint64]packedFlow
+	peers  map[record.PeerKey]*peerEntry
+	// packedScan is when Expire last walked packed.
+	packedScan record.Mono
+	// packBuf is pack's scratch (writer only).
+	packBuf []byte
+	// packErrs counts packed flows that failed to decode (a bug): they
+	// are dropped, and Counters says how many.
+	packErrs atomic.Uint64
 
 	// Under wmu.
 	flowLRU    list[flowEntry, *flowEntry]
@@ -236,6 +281,7 @@ func New(cfg Config) *Aggregator {
 		flowSC:     flowSketches(m),
 		peerSC:     peerSketches(m, cfg.SketchBins),
 		flows:      make(map[uint64]*flowEntry),
+		packed:     make(map[uint64]packedFlow),
 		peers:      make(map[record.PeerKey]*peerEntry),
 		flowLRU:    list[flowEntry, *flowEntry]{i: lruList},
 		flowClosed: list[flowEntry, *flowEntry]{i: closedList},
@@ -403,12 +449,42 @@ func (a *Aggregator) Expire(now record.Mono) int {
 			n++
 		}
 	}
+	if now >= a.packedScan && now.Sub(a.packedScan) >= packedScanEvery {
+		a.packedScan = now
+		n += a.expirePacked(now)
+	}
 	if a.cfg.PeerIdle > 0 {
 		for p := a.peerLRU.tail; p != nil && due(p.lastUpdate, now, a.cfg.PeerIdle); p = a.peerLRU.tail {
 			a.removePeer(p)
 			a.peersExpired.Add(1)
 			n++
 		}
+	}
+	return n
+}
+
+// packedScanEvery is how often Expire walks the packed flows, which are in
+// no list: a walk of 100,000 takes about a millisecond, and a packed flow
+// outlives its deadline by at most this much.
+const packedScanEvery = 5 * time.Second
+
+func (a *Aggregator) expirePacked(now record.Mono) int {
+	n := 0
+	for c, p := range a.packed {
+		var count *atomic.Uint64
+		switch {
+		case p.close != nil && due(p.closedAt, now, a.cfg.CloseGrace):
+			count = &a.flowsRetired
+		case a.cfg.FlowIdle > 0 && due(p.lastUpdate, now, a.cfg.FlowIdle):
+			count = &a.flowsExpired
+		default:
+			continue
+		}
+		a.mu.Lock()
+		delete(a.packed, c)
+		a.mu.Unlock()
+		count.Add(1)
+		n++
 	}
 	return n
 }
@@ -426,18 +502,17 @@ func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 		a.flowsRetired.Add(1)
 		f = nil
 	}
+	switch {
+	case f != nil:
+		a.flowLRU.moveToFront(f)
+	case a.isPacked(k.Cookie):
+		f = a.unpackFlow(k)
+	}
 	if f == nil {
-		if len(a.flows) >= a.cfg.MaxFlows {
-			// A closed flow is only waiting out its grace period: it is
-			// the cheapest loss.
-			victim := a.flowClosed.tail
-			if victim == nil {
-				victim = a.flowLRU.tail
-			}
-			a.removeFlow(victim)
-			a.flowsEvicted.Add(1)
+		if len(a.flows)+len(a.packed) >= a.cfg.MaxFlows {
+			a.evictFlow()
 		}
-		f = a.freeFlows.get()
+		f = a.spareFlow()
 		// A snapshot that listed this entry in its previous life may
 		// still lock it to compare gen, so its fields change under mu.
 		f.mu.Lock()
@@ -449,10 +524,85 @@ func (a *Aggregator) flowFor(k record.FlowKey, t record.Mono) *flowEntry {
 		a.mu.Unlock()
 		a.flowLRU.pushFront(f)
 		a.flowsCreated.Add(1)
-	} else {
-		a.flowLRU.moveToFront(f)
 	}
 	f.lastUpdate = max(f.lastUpdate, t)
+	return f
+}
+
+func (a *Aggregator) isPacked(cookie uint64) bool {
+	_, ok := a.packed[cookie]
+	return ok
+}
+
+// evictFlow makes room in a table of MaxFlows flows. A closed flow is only
+// waiting out its grace period: it is the cheapest loss.
+func (a *Aggregator) evictFlow() {
+	a.flowsEvicted.Add(1)
+	if victim := cmp.Or(a.flowClosed.tail, a.flowLRU.tail); victim != nil {
+		a.removeFlow(victim)
+		return
+	}
+	// Every flow is packed (Expire emptied the unpacked table): any one.
+	for c := range a.packed {
+		a.mu.Lock()
+		delete(a.packed, c)
+		a.mu.Unlock()
+		return
+	}
+}
+
+// spareFlow returns a reset entry for a flow about to be made or unpacked,
+// packing the least recently updated one when ActiveFlows are unpacked.
+func (a *Aggregator) spareFlow() *flowEntry {
+	if len(a.flows) >= a.cfg.ActiveFlows {
+		if v := a.flowLRU.tail; v != nil {
+			v.mu.Lock()
+			var p packedFlow
+			p, a.packBuf = v.pack(&a.flowSC, a.packBuf)
+			v.mu.Unlock()
+			a.mu.Lock()
+			delete(a.flows, v.key.Cookie)
+			a.packed[v.key.Cookie] = p
+			a.mu.Unlock()
+			a.recycleFlow(v)
+		}
+	}
+	return a.freeFlows.get()
+}
+
+// unpackFlow moves k's packed flow back to the unpacked table. A packed
+// flow of the cookie under another key is retired (see flowFor), one that
+// does not decode dropped and counted: either way it returns nil.
+func (a *Aggregator) unpackFlow(k record.FlowKey) *flowEntry {
+	p := a.packed[k.Cookie]
+	f := a.spareFlow()
+	f.mu.Lock()
+	err := p.unpack(f, &a.flowSC)
+	f.mu.Unlock()
+	if err != nil || f.key != k {
+		if err != nil {
+			a.packErrs.Add(1)
+		} else {
+			a.flowsRetired.Add(1)
+		}
+		a.mu.Lock()
+		delete(a.packed, k.Cookie)
+		a.mu.Unlock()
+		a.recycleFlow(f)
+		return nil
+	}
+	// In one step, so that a snapshot finds the flow in one map or the
+	// other.
+	a.mu.Lock()
+	delete(a.packed, k.Cookie)
+	a.flows[k.Cookie] = f
+	a.mu.Unlock()
+	a.flowLRU.pushFront(f)
+	if f.closed {
+		// Out of order on the closed list, it is retired late, never
+		// early (Expire).
+		a.flowClosed.pushFront(f)
+	}
 	return f
 }
 
@@ -460,6 +610,11 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	a.mu.Lock()
 	delete(a.flows, f.key.Cookie)
 	a.mu.Unlock()
+	a.recycleFlow(f)
+}
+
+// recycleFlow resets f, which no table holds any longer, for reuse.
+func (a *Aggregator) recycleFlow(f *flowEntry) {
 	a.flowLRU.remove(f)
 	a.flowClosed.remove(f)
 	f.mu.Lock()
@@ -469,8 +624,8 @@ func (a *Aggregator) removeFlow(f *flowEntry) {
 	f.closed, f.close, f.burst, f.peerK8s = false, record.ConnClose{}, burst{}, nil
 	f.m.reset()
 	f.mu.Unlock()
-	f.peer, f.lastUpdate, f.closedAt = nil, 0, 0
-	a.freeFlows.put(f, a.cfg.MaxFlows)
+	f.peer, f.peerGen, f.side, f.lastUpdate, f.closedAt = nil, 0, "", 0, 0
+	a.freeFlows.put(f, a.cfg.ActiveFlows)
 }
 
 // free holds removed entries for reuse.
@@ -614,10 +769,69 @@ func (p *peerEntry) snapshotLocked(c *sketchCfg) PeerStats {
 	return s
 }
 
-// Flows returns a snapshot of every flow, sorted by namespace, local
-// address, remote address and cookie.
+// Flows returns a snapshot of every flow, packed ones included, sorted by
+// namespace, local address, remote address and cookie.
 func (a *Aggregator) Flows() []FlowStats {
-	return snapshots(a, a.flows, &a.flowSC, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
+	type flowRef struct {
+		ref[flowEntry]
+		cookie uint64
+	}
+	a.mu.RLock()
+	refs := make([]flowRef, 0, len(a.flows))
+	for c, e := range a.flows {
+		refs = append(refs, flowRef{ref[flowEntry]{e, e.gen}, c})
+	}
+	packed := make([]packedFlow, 0, len(a.packed))
+	for _, p := range a.packed {
+		packed = append(packed, p)
+	}
+	a.mu.RUnlock()
+	out := make([]FlowStats, 0, len(refs)+len(packed))
+	var scratch flowEntry
+	for _, p := range packed {
+		if s, ok := a.unpacked(&p, &scratch); ok {
+			out = append(out, s)
+		}
+	}
+	for _, r := range refs {
+		s, ok := snapshotOf[FlowStats](r.ref, &a.flowSC)
+		if !ok {
+			// Packed or unpacked again since the map was read: where is
+			// it now?
+			s, ok = a.flowByCookie(r.cookie)
+		}
+		if ok {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
+	return out
+}
+
+// unpacked is the snapshot of a packed flow, decoded into scratch.
+func (a *Aggregator) unpacked(p *packedFlow, scratch *flowEntry) (FlowStats, bool) {
+	scratch.m.reset()
+	if err := p.unpack(scratch, &a.flowSC); err != nil {
+		// Counted when the writer meets it (unpackFlow).
+		return FlowStats{}, false
+	}
+	return scratch.snapshotLocked(&a.flowSC), true
+}
+
+// flowByCookie is the snapshot of the flow of a cookie, packed or not.
+func (a *Aggregator) flowByCookie(cookie uint64) (FlowStats, bool) {
+	if s, ok := lookup[FlowStats](a, a.flows, cookie, &a.flowSC); ok {
+		return s, true
+	}
+	a.mu.RLock()
+	p, ok := a.packed[cookie]
+	a.mu.RUnlock()
+	if !ok {
+		// Unpacked between the two looks.
+		return lookup[FlowStats](a, a.flows, cookie, &a.flowSC)
+	}
+	var scratch flowEntry
+	return a.unpacked(&p, &scratch)
 }
 
 // Peers returns a snapshot of every peer pair, sorted by namespace, comm,
@@ -629,7 +843,7 @@ func (a *Aggregator) Peers() []PeerStats {
 // Flow returns the snapshot of one flow.
 func (a *Aggregator) Flow(k record.FlowKey) (FlowStats, bool) {
 	// The table is keyed by cookie: the rest of the key must match too.
-	s, ok := lookup[FlowStats](a, a.flows, k.Cookie, &a.flowSC)
+	s, ok := a.flowByCookie(k.Cookie)
 	if !ok || s.FlowKey != k {
 		return FlowStats{}, false
 	}
@@ -706,10 +920,12 @@ func snapshotOf[S, E any, P entry[E, S]](r ref[E], c *sketchCfg) (S, bool) {
 // Stats returns the Aggregator's counters.
 func (a *Aggregator) Stats() Counters {
 	a.mu.RLock()
-	nf, np := len(a.flows), len(a.peers)
+	nf, npk, np := len(a.flows), len(a.packed), len(a.peers)
 	a.mu.RUnlock()
 	return Counters{
-		Flows:        nf,
+		Flows:        nf + npk,
+		PackedFlows:  npk,
+		PackErrors:   a.packErrs.Load(),
 		Peers:        np,
 		MaxFlows:     a.cfg.MaxFlows,
 		MaxPeers:     a.cfg.MaxPeers,

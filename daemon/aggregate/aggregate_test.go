@@ -419,7 +419,7 @@ func TestSnapshotsAreSortedAndJSON(t *testing.T) {
 // and recycled under the readers' feet, while readers snapshot. Run with
 // -race; the invariants catch torn or recycled entries.
 func TestConcurrentSnapshots(t *testing.T) {
-	a := New(Config{MaxFlows: 64, MaxPeers: 8, CloseGrace: time.Second})
+	a := New(Config{MaxFlows: 64, ActiveFlows: 16, MaxPeers: 8, CloseGrace: time.Second})
 	const writes = 30000
 	var done atomic.Bool
 	var wg sync.WaitGroup

@@ -35,7 +35,11 @@
 // A peer pair's sketches are capped at Config.SketchBins bins (past that
 // the lowest quantiles degrade first, never the tail); a flow's sketches
 // allocate 32-bin pages only where values fall, so most flows cost a few
-// KB (docs/decisions.md, BenchmarkMemory).
+// KB (docs/decisions.md, BenchmarkMemory). Only the Config.ActiveFlows most
+// recently updated flows are held so: every other one is packed into a few
+// hundred bytes (pack.go), listed like the others and unpacked, as it was,
+// by its next record. A node's connections are mostly idle at any moment,
+// and every one of them is listed.
 //
 // # Concurrency
 //

@@ -68,6 +68,9 @@ type metrics struct {
 	pend  [pendCap][numSketches]int32
 	npend int
 	sc    scalars
+	// cc is the congestion control seen at the last cwnd restart: apart
+	// from scalars, which hold no pointer (pack.go stores them as bytes).
+	cc string
 }
 
 type scalars struct {
@@ -101,7 +104,6 @@ type scalars struct {
 	cwndLast, cwndMin, cwndMax uint32
 	cwndRestarts               uint64
 	slowStartAfterIdle         bool
-	congestionControl          string
 }
 
 func (m *metrics) reset() {
@@ -110,6 +112,7 @@ func (m *metrics) reset() {
 	}
 	m.npend = 0
 	m.sc = scalars{}
+	m.cc = ""
 }
 
 // fold moves the pending bin indices into the sketches' stores, sketch by
@@ -258,7 +261,7 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 		sc.cwndRestarts++
 	}
 	if ex.CongestionControl != "" {
-		sc.congestionControl = ex.CongestionControl
+		m.cc = ex.CongestionControl
 	}
 	sc.slowStartAfterIdle = ex.SlowStartAfterIdle
 }
@@ -555,7 +558,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 			Restarts: sc.cwndRestarts,
 		},
 		SlowStartAfterIdle: sc.slowStartAfterIdle,
-		CongestionControl:  sc.congestionControl,
+		CongestionControl:  m.cc,
 	}
 	if sc.exchanges > 0 {
 		out.Turns.PerExchangeMean = float64(sc.turnsSum) / float64(sc.exchanges)

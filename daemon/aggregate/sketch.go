@@ -40,7 +40,13 @@ type Summary struct {
 // because they are cheap and a "max" that is off by 1 % looks wrong to a
 // user.
 type sketch struct {
-	st     store.Store // nil until the first positive value
+	exactStats
+	st store.Store // nil until the first positive value
+}
+
+// exactStats is a sketch's exact statistics. It holds no pointer, so a packed
+// flow stores it as its bytes (pack.go).
+type exactStats struct {
 	n      uint64
 	zeros  uint64
 	sum    float64 // float: an int64 ns sum could overflow on a busy peer
@@ -93,7 +99,7 @@ func (s *sketch) add(c *sketchCfg, v time.Duration) {
 // counted apart.
 const noBin = math.MinInt32
 
-// count counts v in the exact statistics and reports whether it also goes
+// count counts v in the exactStats statistics and reports whether it also goes
 // to a bin of the store: false for a zero.
 func (s *sketch) count(v time.Duration) bool {
 	s.n++

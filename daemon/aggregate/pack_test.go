@@ -1,0 +1,209 @@
+package aggregate
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// Packing stores these as their memory: a pointer there would be stored
+// as an address and come back dangling.
+func TestPackedTypesHoldNoPointer(t *testing.T) {
+	for _, v := range []any{scalars{}, [numSketches]exactStats{}} {
+		if p := pointerIn(reflect.TypeOf(v)); p != "" {
+			t.Errorf("%T holds a %s", v, p)
+		}
+		if n := reflect.TypeOf(v).Size(); n%8 != 0 {
+			t.Errorf("%T is %d bytes, not whole words", v, n)
+		}
+	}
+}
+
+func pointerIn(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if p := pointerIn(t.Field(i).Type); p != "" {
+				return t.Field(i).Name + ": " + p
+			}
+		}
+	case reflect.Array:
+		return pointerIn(t.Elem())
+	case reflect.Pointer, reflect.String, reflect.Slice, reflect.Map, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return t.Kind().String()
+	}
+	return ""
+}
+
+// fill sets every settable number, string and bool reachable from v
+// without a pointer to a random nonzero value, so a field pack forgets
+// shows up as a difference.
+func fill(v reflect.Value, r *rand.Rand) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() || v.Field(i).CanSet() {
+				fill(v.Field(i), r)
+			}
+		}
+	case reflect.Array:
+		for i := range v.Len() {
+			fill(v.Index(i), r)
+		}
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1 + r.Uint64N(1<<(v.Type().Bits()-1)))
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1 + r.Int64N(1<<(v.Type().Bits()-2)))
+	case reflect.Float64:
+		v.SetFloat(r.Float64() * 1e9)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.String:
+		v.SetString(fmt.Sprint("s", r.Uint32()))
+	}
+}
+
+// Every field of a flow comes back from its packed bytes.
+func TestPackRoundTripEveryField(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	c := flowSketches(newMapping(DefaultRelativeAccuracy))
+	for range 20 {
+		var f flowEntry
+		fill(reflect.ValueOf(&f.m.sc).Elem(), r)
+		fill(reflect.ValueOf(&f.owner).Elem(), r)
+		fill(reflect.ValueOf(&f.peerKey).Elem(), r)
+		fill(reflect.ValueOf(&f.burst).Elem(), r)
+		fill(reflect.ValueOf(&f.close).Elem(), r)
+		f.key = record.FlowKey{Cookie: r.Uint64(), Flow: record.Flow{
+			Local: ap("[fe80::1%eth0]:1234"), Remote: ap("10.1.2.3:443"), Netns: r.Uint32()}}
+		f.peerKey.Remote = ap("10.1.2.3:443").Addr()
+		f.owner.K8s = &record.K8s{Pod: "p"}
+		f.peerK8s = &record.K8s{Pod: "q"}
+		f.connRole, f.side, f.m.cc = record.RoleClient, record.RoleServer, "bbr"
+		f.opened, f.connectLatency, f.handshakeRTT = record.Mono(r.Uint64()), time.Duration(r.Int64()), -time.Duration(r.Int64N(1e9))
+		f.closed, f.lastUpdate, f.closedAt = true, record.Mono(r.Uint64()), record.Mono(r.Uint64())
+		for i := range f.m.sk {
+			for range r.IntN(50) {
+				f.m.sk[i].add(&c, time.Duration(r.Int64N(int64(10*time.Second))))
+			}
+		}
+		p, _ := f.pack(&c, nil)
+		var g flowEntry
+		if err := p.unpack(&g, &c); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g.snapshotLocked(&c), f.snapshotLocked(&c)) {
+			t.Fatalf("snapshot changed:\nbefore %+v\nafter  %+v", f.snapshotLocked(&c), g.snapshotLocked(&c))
+		}
+		g.m.sc, g.m.cc = scalars{}, ""
+		for i := range g.m.sk {
+			g.m.sk[i].st = f.m.sk[i].st // compared through the snapshot
+		}
+		f.m.sc, f.m.cc = scalars{}, ""
+		if !reflect.DeepEqual(&g, &f) {
+			t.Fatalf("entry changed:\nbefore %+v\nafter  %+v", &f, &g)
+		}
+	}
+}
+
+// A packed flow that is read or updated again is the flow it would have
+// been unpacked all along: the same traffic through an aggregator that
+// keeps 3 flows unpacked and one that keeps all of them gives the same
+// snapshots.
+func TestPackedFlowsAreLossless(t *testing.T) {
+	// Retirement is Expire's (TestPackedFlowsExpire): not here.
+	small := New(Config{ActiveFlows: 3, CloseGrace: time.Hour})
+	whole := New(Config{CloseGrace: time.Hour})
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 5000 {
+		flow := r.IntN(40)
+		role := record.RoleClient
+		if flow%3 == 0 {
+			role = record.RoleServer
+		}
+		o := owner(fmt.Sprintf("app%d", flow%5), uint64(flow%2), uint32(flow))
+		ex := exch(fmt.Sprintf("10.0.0.1:%d", 30000+flow), fmt.Sprintf("10.0.2.%d:443", flow%7),
+			uint64(flow+1), o, role, at(float64(i)/100), time.Duration(1+r.IntN(5000))*time.Microsecond)
+		ex.Retransmits, ex.CwndEnd, ex.ExchangeTurns, ex.IdleGap = uint32(r.IntN(2)), uint32(10+r.IntN(30)), uint32(1+r.IntN(3)), time.Duration(r.IntN(5))*ms
+		ex.Components.SendWait = time.Duration(r.IntN(3)) * time.Microsecond
+		for _, a := range []*Aggregator{small, whole} {
+			switch {
+			case i%97 == 0:
+				a.AddConnOpen(record.ConnOpen{Time: ex.Time, Cookie: ex.Cookie, Flow: ex.Flow, Role: role, ConnectLatency: time.Duration(i) * time.Microsecond})
+			case i%389 == 0:
+				a.AddConnClose(record.ConnClose{Time: ex.Time, Cookie: ex.Cookie, Flow: ex.Flow, Owner: o, Role: role, BytesSent: uint64(i)})
+			default:
+				a.AddExchange(ex)
+			}
+			if i%250 == 0 {
+				a.Expire(ex.Time)
+			}
+		}
+	}
+	got, want := small.Flows(), whole.Flows()
+	if st := small.Stats(); st.PackedFlows == 0 || st.Flows != len(want) || st.PackErrors != 0 || st.FlowsEvicted != 0 {
+		t.Fatalf("stats %+v (want %d flows, some packed)", st, len(want))
+	}
+	if !reflect.DeepEqual(got, want) {
+		for i := range min(len(got), len(want)) {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("flow %d:\npacked %+v\nwhole  %+v", i, got[i], want[i])
+			}
+		}
+		t.Fatalf("%d flows, want %d", len(got), len(want))
+	}
+	if !reflect.DeepEqual(small.Peers(), whole.Peers()) {
+		t.Fatal("peer pairs differ")
+	}
+	for _, w := range want {
+		if g, ok := small.Flow(w.FlowKey); !ok || !reflect.DeepEqual(g, w) {
+			t.Fatalf("Flow(%v) = %v, %+v", w.FlowKey, ok, g)
+		}
+	}
+}
+
+// Packed flows retire after CloseGrace and expire after FlowIdle like the
+// others, at Expire's walk of them.
+func TestPackedFlowsExpire(t *testing.T) {
+	a := New(Config{ActiveFlows: 1, CloseGrace: time.Second, FlowIdle: time.Minute})
+	e1 := exch("10.0.0.1:40000", "10.0.0.2:443", 1, owner("a", 1, 1), record.RoleClient, at(1), ms)
+	e2 := exch("10.0.0.1:40001", "10.0.0.2:443", 2, owner("a", 1, 1), record.RoleClient, at(2), ms)
+	e3 := exch("10.0.0.1:40002", "10.0.0.2:443", 3, owner("a", 1, 1), record.RoleClient, at(3), ms)
+	a.AddExchange(e1)
+	a.AddConnClose(record.ConnClose{Time: at(1.5), Cookie: 1, Flow: e1.Flow, Owner: e1.Owner, Role: record.RoleClient})
+	a.AddExchange(e2)
+	a.AddExchange(e3) // e1 and e2 are packed now
+	if st := a.Stats(); st.PackedFlows != 2 || st.Flows != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	a.Expire(at(10))
+	if st := a.Stats(); st.Flows != 2 || st.FlowsRetired != 1 {
+		t.Fatalf("closed packed flow not retired: %+v", st)
+	}
+	a.Expire(at(70))
+	if st := a.Stats(); st.Flows != 0 || st.FlowsExpired != 2 {
+		t.Fatalf("idle flows not expired: %+v", st)
+	}
+}
+
+// A corrupt packed flow is dropped and counted, never a panic.
+func TestCorruptPackedFlowCounted(t *testing.T) {
+	a := New(Config{ActiveFlows: 1})
+	e1 := exch("10.0.0.1:40000", "10.0.0.2:443", 1, owner("a", 1, 1), record.RoleClient, at(1), ms)
+	a.AddExchange(e1)
+	a.AddExchange(exch("10.0.0.1:40001", "10.0.0.2:443", 2, owner("a", 1, 1), record.RoleClient, at(2), ms))
+	p := a.packed[1]
+	p.b = p.b[:len(p.b)/2]
+	a.packed[1] = p
+	if len(a.Flows()) != 1 {
+		t.Fatal("a corrupt packed flow listed")
+	}
+	a.AddExchange(e1)
+	if st := a.Stats(); st.PackErrors != 1 || st.Flows != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
