@@ -90,7 +90,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the daemon to this file until it exits (for a report of its cost; make pgo builds from one)")
 	f.IntVar(&cfg.Aggregate.MaxFlows, "max-flows", aggregate.DefaultMaxFlows, "connections (flows) the live tables hold at most, closed ones for 30s after; past it the least recently updated is evicted (lattrace_flows_evicted_total)")
-	f.IntVar(&cfg.Aggregate.ActiveFlows, "active-flows", aggregate.DefaultActiveFlows, "most recently updated flows kept unpacked, with their recent exchanges for the live view; the others are held packed, a few hundred bytes each, until their next record")
+	f.IntVar(&cfg.Aggregate.ActiveFlows, "active-flows", 0, fmt.Sprintf("most recently updated flows kept unpacked, with their recent exchanges for the live view; the others are held packed, a few hundred bytes each, until their next record (0: %d, or --max-flows when lower)", aggregate.DefaultActiveFlows))
 	f.IntVar(&cfg.Aggregate.MaxPeers, "max-peers", aggregate.DefaultMaxPeers, "peer pairs the live tables hold at most; past it the least recently updated is evicted")
 	f.IntVar(&cfg.MaxPeerPairs, "metrics-max-peer-pairs", otlp.DefaultMaxPeerPairs, "distinct peer pairs in the metrics; more are folded into \"other\"")
 	f.StringVar(&cfg.APISocket, "api-socket", api.DefaultSocket, "serve the local API (top, flows, explain) on this Unix socket, mode 0600 (empty: off)")

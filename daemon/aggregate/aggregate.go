@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -249,6 +248,10 @@ type Aggregator struct {
 	// updated, by cookie too; a flow is in one map or the other.
 	packed map[uint64]packedFlow
 	peers  map[record.PeerKey]*peerEntry
+	// packOrder is the packed flows' cookies in the order they were
+	// packed, which is the order of their last update: the oldest is
+	// evicted first. Entries of flows unpacked since are skipped.
+	packOrder []packRef
 	// packedScan is when Expire last walked packed.
 	packedScan record.Mono
 	// packBuf is pack's scratch (writer only).
@@ -534,21 +537,49 @@ func (a *Aggregator) isPacked(cookie uint64) bool {
 	return ok
 }
 
-// evictFlow makes room in a table of MaxFlows flows. A closed flow is only
-// waiting out its grace period: it is the cheapest loss.
+// evictFlow makes room in a table of MaxFlows flows: the least recently
+// updated goes, unless a closed flow is only waiting out its grace period,
+// the cheapest loss. Packed flows are older than every unpacked one.
 func (a *Aggregator) evictFlow() {
 	a.flowsEvicted.Add(1)
-	if victim := cmp.Or(a.flowClosed.tail, a.flowLRU.tail); victim != nil {
-		a.removeFlow(victim)
+	if v := a.flowClosed.tail; v != nil {
+		a.removeFlow(v)
 		return
 	}
-	// Every flow is packed (Expire emptied the unpacked table): any one.
-	for c := range a.packed {
-		a.mu.Lock()
-		delete(a.packed, c)
-		a.mu.Unlock()
-		return
+	for len(a.packOrder) > 0 {
+		r := a.packOrder[0]
+		a.packOrder = a.packOrder[1:]
+		if p, ok := a.packed[r.cookie]; ok && p.lastUpdate == r.lastUpdate {
+			a.mu.Lock()
+			delete(a.packed, r.cookie)
+			a.mu.Unlock()
+			return
+		}
 	}
+	if v := a.flowLRU.tail; v != nil {
+		a.removeFlow(v)
+	}
+}
+
+// packRef is an entry of packOrder.
+type packRef struct {
+	cookie     uint64
+	lastUpdate record.Mono
+}
+
+// queuePacked appends a packed flow to packOrder, dropping the entries of
+// flows unpacked or removed since once they outnumber the packed flows.
+func (a *Aggregator) queuePacked(cookie uint64, lastUpdate record.Mono) {
+	if len(a.packOrder) >= 2*len(a.packed)+1024 {
+		live := a.packOrder[:0:0]
+		for _, r := range a.packOrder {
+			if p, ok := a.packed[r.cookie]; ok && p.lastUpdate == r.lastUpdate {
+				live = append(live, r)
+			}
+		}
+		a.packOrder = live
+	}
+	a.packOrder = append(a.packOrder, packRef{cookie, lastUpdate})
 }
 
 // spareFlow returns a reset entry for a flow about to be made or unpacked,
@@ -564,6 +595,7 @@ func (a *Aggregator) spareFlow() *flowEntry {
 			delete(a.flows, v.key.Cookie)
 			a.packed[v.key.Cookie] = p
 			a.mu.Unlock()
+			a.queuePacked(v.key.Cookie, p.lastUpdate)
 			a.recycleFlow(v)
 		}
 	}
@@ -575,19 +607,26 @@ func (a *Aggregator) spareFlow() *flowEntry {
 // does not decode dropped and counted: either way it returns nil.
 func (a *Aggregator) unpackFlow(k record.FlowKey) *flowEntry {
 	p := a.packed[k.Cookie]
+	drop := func(count *atomic.Uint64) {
+		count.Add(1)
+		a.mu.Lock()
+		delete(a.packed, k.Cookie)
+		a.mu.Unlock()
+	}
+	if pk, err := p.key(); err != nil || pk != k {
+		if err != nil {
+			drop(&a.packErrs)
+		} else {
+			drop(&a.flowsRetired)
+		}
+		return nil
+	}
 	f := a.spareFlow()
 	f.mu.Lock()
 	err := p.unpack(f, &a.flowSC)
 	f.mu.Unlock()
-	if err != nil || f.key != k {
-		if err != nil {
-			a.packErrs.Add(1)
-		} else {
-			a.flowsRetired.Add(1)
-		}
-		a.mu.Lock()
-		delete(a.packed, k.Cookie)
-		a.mu.Unlock()
+	if err != nil {
+		drop(&a.packErrs)
 		a.recycleFlow(f)
 		return nil
 	}
@@ -818,20 +857,31 @@ func (a *Aggregator) unpacked(p *packedFlow, scratch *flowEntry) (FlowStats, boo
 	return scratch.snapshotLocked(&a.flowSC), true
 }
 
-// flowByCookie is the snapshot of the flow of a cookie, packed or not.
+// flowByCookie is the snapshot of the flow of a cookie, packed or not. The
+// two maps are read at once: a flow is always in one of them.
 func (a *Aggregator) flowByCookie(cookie uint64) (FlowStats, bool) {
-	if s, ok := lookup[FlowStats](a, a.flows, cookie, &a.flowSC); ok {
-		return s, true
+	for {
+		a.mu.RLock()
+		e := a.flows[cookie]
+		var r ref[flowEntry]
+		if e != nil {
+			r = ref[flowEntry]{e, e.gen}
+		}
+		p, packed := a.packed[cookie]
+		a.mu.RUnlock()
+		switch {
+		case e != nil:
+			if s, ok := snapshotOf[FlowStats](r, &a.flowSC); ok {
+				return s, true
+			}
+			// Packed or removed since: look again.
+		case packed:
+			var scratch flowEntry
+			return a.unpacked(&p, &scratch)
+		default:
+			return FlowStats{}, false
+		}
 	}
-	a.mu.RLock()
-	p, ok := a.packed[cookie]
-	a.mu.RUnlock()
-	if !ok {
-		// Unpacked between the two looks.
-		return lookup[FlowStats](a, a.flows, cookie, &a.flowSC)
-	}
-	var scratch flowEntry
-	return a.unpacked(&p, &scratch)
 }
 
 // Peers returns a snapshot of every peer pair, sorted by namespace, comm,

@@ -112,7 +112,14 @@ func (p *packedFlow) key() (record.FlowKey, error) {
 }
 
 // unpack restores p into f, a reset entry (removeFlow's or a new one).
-func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) error {
+func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
+	// sketches-go's decoding trusts its input and can panic on bytes
+	// that are not a store's: a corrupt flow is an error, never a crash.
+	defer func() {
+		if recover() != nil {
+			err = errPacked
+		}
+	}()
 	r := unpacker{b: p.b}
 	f.key = r.key()
 	f.owner = record.Owner{
@@ -189,12 +196,8 @@ func (w *packer) str(s string) {
 }
 
 func (w *packer) addr(a netip.Addr) {
-	// 0, 4 or 16 bytes and a zone (an interface name, at most 15): the
-	// length fits the one byte of a small uvarint.
-	at := len(w.b)
-	w.b = append(w.b, 0)
+	w.uint(uint64(a.BitLen()/8 + len(a.Zone())))
 	w.b, _ = a.AppendBinary(w.b) // cannot fail
-	w.b[at] = byte(len(w.b) - at - 1)
 }
 
 func (w *packer) key(k record.FlowKey) {

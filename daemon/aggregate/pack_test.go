@@ -207,3 +207,37 @@ func TestCorruptPackedFlowCounted(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A full table evicts the least recently updated flow, packed or not.
+func TestEvictionTakesTheOldestPacked(t *testing.T) {
+	a := New(Config{MaxFlows: 4, ActiveFlows: 2})
+	for i := range 6 {
+		a.AddExchange(exch(fmt.Sprintf("10.0.0.1:%d", 40000+i), "10.0.0.2:443", uint64(i+1), owner("a", 1, 1), record.RoleClient, at(float64(i)), ms))
+	}
+	var left []uint64
+	for _, f := range a.Flows() {
+		left = append(left, f.Cookie)
+	}
+	if st := a.Stats(); !reflect.DeepEqual(left, []uint64{3, 4, 5, 6}) || st.FlowsEvicted != 2 {
+		t.Fatalf("flows left %v, stats %+v: want the two oldest evicted", left, st)
+	}
+}
+
+// --max-flows alone may go below the default --active-flows; an explicit
+// --active-flows above it is one clear error.
+func TestValidateBounds(t *testing.T) {
+	if err := (Config{MaxFlows: 1000}).Validate(); err != nil {
+		t.Errorf("--max-flows 1000: %v", err)
+	}
+	if c := New(Config{MaxFlows: 1000}).Config(); c.ActiveFlows != 1000 {
+		t.Errorf("active flows %d with --max-flows 1000", c.ActiveFlows)
+	}
+	for c, want := range map[Config]string{
+		{MaxFlows: 1000, ActiveFlows: 3000}: "--active-flows 3000 is above --max-flows 1000",
+		{MaxPeers: -1}:                      "--max-peers -1: want a positive number",
+	} {
+		if err := c.Validate(); err == nil || err.Error() != want {
+			t.Errorf("%+v: %v, want %q", c, err, want)
+		}
+	}
+}
