@@ -35,6 +35,12 @@ func (m *model) timeout() time.Duration {
 
 // refresh asks the Source for what the screen shows now. It starts a new
 // chain of refreshes: answers to the ones before are dropped.
+// listLimit is how many rows of a list top asks for: the first ones by
+// its sort, which a person scrolls through. A node's tens of thousands of
+// flows would be hundreds of megabytes a refresh; the rows line says how
+// many there are in all.
+const listLimit = 1000
+
 func (m *model) refresh() tea.Cmd {
 	m.seq++
 	if d := m.top(); d != nil {
@@ -47,6 +53,7 @@ func (m *model) refresh() tea.Cmd {
 	// rows the screen would drop; the rows are filtered and sorted again
 	// on arrival all the same.
 	q := m.query()
+	q.Limit = listLimit
 	if m.view == ViewPeers {
 		return ask(m, m.src.Peers, q)
 	}

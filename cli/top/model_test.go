@@ -545,3 +545,20 @@ func TestRunEnds(t *testing.T) {
 		t.Errorf("Run after the context ended: %v", err)
 	}
 }
+
+// top asks for the first listLimit rows by its sort, and says how many
+// there are in all when the daemon has more.
+func TestListLimited(t *testing.T) {
+	m, src := newTestModel(t, Options{}, 120, 24, false)
+	if q := src.queries[len(src.queries)-1]; q.Limit != listLimit {
+		t.Errorf("top asked for %d rows, want %d", q.Limit, listLimit)
+	}
+	if strings.Contains(m.View(), "first") {
+		t.Errorf("a whole list says it is cut:\n%s", m.View())
+	}
+	src.flows.Total = 40000
+	press(t, m, "+")
+	if v := m.View(); !strings.Contains(v, "rows: 3/3 (first 3 of 40000)") {
+		t.Errorf("the rows line does not say the list is cut:\n%s", v)
+	}
+}

@@ -164,11 +164,22 @@ func (m *model) rowsText() string {
 		cp, ids := m.list()
 		c, n, vis = *cp, len(ids), m.listRows()
 	}
+	more := ""
+	if m.top() == nil {
+		// The rows asked for are the first listLimit by the sort.
+		total, got := m.flowData.Total, len(m.flowData.Flows)
+		if m.view == ViewPeers {
+			total, got = m.peerData.Total, len(m.peerData.Peers)
+		}
+		if total > got {
+			more = fmt.Sprintf(" (first %d of %d)", got, total)
+		}
+	}
 	if n <= vis {
-		return fmt.Sprintf("%d/%d", n, n)
+		return fmt.Sprintf("%d/%d%s", n, n, more)
 	}
 	off := c.offset(vis, n)
-	return fmt.Sprintf("%d-%d/%d", off+1, min(off+vis, n), n)
+	return fmt.Sprintf("%d-%d/%d%s", off+1, min(off+vis, n), n, more)
 }
 
 // status is the line above the keys: the filter being typed, or the last

@@ -144,6 +144,7 @@ type FlowStats struct {
 	// PeerK8s names the remote end in a cluster, as of the last exchange.
 	PeerK8s *record.K8s `json:"peer_k8s,omitempty"`
 	Metrics
+	rate rateWindow // RateAt
 }
 
 // PeerStats is a snapshot of one peer pair.
@@ -184,6 +185,7 @@ type flowEntry struct {
 	m              metrics
 	// burst is the connection's run of exchanges in progress.
 	burst burst
+	rate  rateWindow
 
 	// Below: writer only.
 	ln         [2]links[flowEntry] // lruList, closedList
@@ -341,6 +343,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 		f.burst.turns += ex.ExchangeTurns
 		f.burst.exchanges++
 	}
+	f.rate.add(t)
 	f.m.add(&a.flowSC, &tm, ex)
 	f.mu.Unlock()
 
@@ -660,7 +663,7 @@ func (a *Aggregator) recycleFlow(f *flowEntry) {
 	f.gen++
 	f.owner, f.connRole, f.peerKey = record.Owner{}, "", record.PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
-	f.closed, f.close, f.burst, f.peerK8s = false, record.ConnClose{}, burst{}, nil
+	f.closed, f.close, f.burst, f.peerK8s, f.rate = false, record.ConnClose{}, burst{}, nil, rateWindow{}
 	f.m.reset()
 	f.mu.Unlock()
 	f.peer, f.peerGen, f.side, f.lastUpdate, f.closedAt = nil, 0, "", 0, 0
@@ -785,6 +788,7 @@ func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
 		HandshakeRTT:   f.handshakeRTT,
 		PeerK8s:        f.peerK8s,
 		Metrics:        f.m.snapshot(c),
+		rate:           f.rate,
 	}
 	if s.ConnRole == "" {
 		s.ConnRole = record.RoleUnknown
@@ -811,39 +815,49 @@ func (p *peerEntry) snapshotLocked(c *sketchCfg) PeerStats {
 // Flows returns a snapshot of every flow, packed ones included, sorted by
 // namespace, local address, remote address and cookie.
 func (a *Aggregator) Flows() []FlowStats {
+	// Sorted by key before the snapshots are taken: a snapshot is over a
+	// kilobyte, and moving them in a sort took as long as making them.
 	type flowRef struct {
+		key record.FlowKey
 		ref[flowEntry]
-		cookie uint64
+		packed *packedFlow
 	}
 	a.mu.RLock()
-	refs := make([]flowRef, 0, len(a.flows))
-	for c, e := range a.flows {
-		refs = append(refs, flowRef{ref[flowEntry]{e, e.gen}, c})
+	refs := make([]flowRef, 0, len(a.flows)+len(a.packed))
+	for _, e := range a.flows {
+		refs = append(refs, flowRef{key: e.key, ref: ref[flowEntry]{e, e.gen}})
 	}
-	packed := make([]packedFlow, 0, len(a.packed))
 	for _, p := range a.packed {
-		packed = append(packed, p)
+		refs = append(refs, flowRef{packed: &p})
 	}
 	a.mu.RUnlock()
-	out := make([]FlowStats, 0, len(refs)+len(packed))
-	var scratch flowEntry
-	for _, p := range packed {
-		if s, ok := a.unpacked(&p, &scratch); ok {
-			out = append(out, s)
+	for i := range refs {
+		if p := refs[i].packed; p != nil {
+			// A key that does not decode sorts first; its flow is left
+			// out below.
+			refs[i].key, _ = p.key()
 		}
 	}
+	slices.SortFunc(refs, func(x, y flowRef) int { return x.key.Compare(y.key) })
+	out := make([]FlowStats, 0, len(refs))
+	var scratch flowEntry
 	for _, r := range refs {
-		s, ok := snapshotOf[FlowStats](r.ref, &a.flowSC)
-		if !ok {
-			// Packed or unpacked again since the map was read: where is
-			// it now?
-			s, ok = a.flowByCookie(r.cookie)
+		var s FlowStats
+		ok := false
+		switch {
+		case r.packed != nil:
+			s, ok = a.unpacked(r.packed, &scratch)
+		default:
+			if s, ok = snapshotOf[FlowStats](r.ref, &a.flowSC); !ok {
+				// Packed or unpacked again since the map was read:
+				// where is it now?
+				s, ok = a.flowByCookie(r.key.Cookie)
+			}
 		}
 		if ok {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(x, y FlowStats) int { return x.FlowKey.Compare(y.FlowKey) })
 	return out
 }
 

@@ -69,6 +69,16 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	w.int(int64(f.handshakeRTT))
 	w.uint(uint64(f.burst.turns))
 	w.uint(uint64(f.burst.exchanges))
+	rw := &f.rate
+	w.uint(rw.cur)
+	w.uint(rw.prev)
+	w.uint(uint64(rw.curAt))
+	w.uint(uint64(rw.prevAt))
+	hasPrev := uint64(0)
+	if rw.hasPrev {
+		hasPrev = 1
+	}
+	w.uint(hasPrev)
 	w.str(f.m.cc)
 	w.zeroRuns(wordsOf(&f.m.sc))
 	var ex [numSketches]exactStats
@@ -136,6 +146,7 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	f.connectLatency = time.Duration(r.int())
 	f.handshakeRTT = time.Duration(r.int())
 	f.burst = burst{turns: uint32(r.uint()), exchanges: uint32(r.uint())}
+	f.rate = rateWindow{cur: r.uint(), prev: r.uint(), curAt: record.Mono(r.uint()), prevAt: record.Mono(r.uint()), hasPrev: r.uint() == 1}
 	f.m.cc = r.str()
 	r.zeroRuns(wordsOf(&f.m.sc))
 	var ex [numSketches]exactStats

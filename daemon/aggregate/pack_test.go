@@ -77,6 +77,7 @@ func TestPackRoundTripEveryField(t *testing.T) {
 		fill(reflect.ValueOf(&f.owner).Elem(), r)
 		fill(reflect.ValueOf(&f.peerKey).Elem(), r)
 		fill(reflect.ValueOf(&f.burst).Elem(), r)
+		fill(reflect.ValueOf(&f.rate).Elem(), r)
 		fill(reflect.ValueOf(&f.close).Elem(), r)
 		f.key = record.FlowKey{Cookie: r.Uint64(), Flow: record.Flow{
 			Local: ap("[fe80::1%eth0]:1234"), Remote: ap("10.1.2.3:443"), Netns: r.Uint32()}}

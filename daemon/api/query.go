@@ -233,10 +233,22 @@ func ParseQuery(v url.Values) (Query, error) {
 }
 
 // Flows returns the flows of all that pass q's filter, in q's order, in a
-// new slice: what GET /v1/flows lists before its limit, and what a client
-// shows of a list it holds.
+// new slice: what a client shows of a list it holds.
 func (q Query) Flows(all []Flow) []Flow {
 	out := passing(all, q.Filter.MatchFlow)
+	SortFlows(out, q.Sort)
+	return out
+}
+
+// selectFlows is Flows in all's own memory: what GET /v1/flows lists
+// before its limit.
+func (q Query) selectFlows(all []Flow) []Flow {
+	out := all[:0]
+	for i := range all {
+		if q.Filter.MatchFlow(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
 	SortFlows(out, q.Sort)
 	return out
 }
@@ -338,20 +350,49 @@ func sortValue(m *aggregate.Metrics, rate float64, key string) float64 {
 // SortFlows orders flows by key, largest first, ties by id so the order
 // is stable from one refresh to the next.
 func SortFlows(flows []Flow, key string) {
-	slices.SortStableFunc(flows, func(a, b Flow) int {
-		if c := cmp.Compare(sortValue(&b.Metrics, b.Rate, key), sortValue(&a.Metrics, a.Rate, key)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	sortBy(flows, func(f *Flow) (float64, string) { return sortValue(&f.Metrics, f.Rate, key), f.ID })
 }
 
 // SortPeers orders peer pairs like SortFlows.
 func SortPeers(peers []Peer, key string) {
-	slices.SortStableFunc(peers, func(a, b Peer) int {
-		if c := cmp.Compare(sortValue(&b.Metrics, b.Rate, key), sortValue(&a.Metrics, a.Rate, key)); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
+	sortBy(peers, func(p *Peer) (float64, string) { return sortValue(&p.Metrics, p.Rate, key), p.ID })
+}
+
+// sortBy orders list by value, largest first, then by id. It sorts the
+// values and moves each entry once: an entry is over a kilobyte, and a
+// node's tens of thousands of flows took longer to swap than to list.
+func sortBy[T any](list []T, of func(*T) (float64, string)) {
+	type sortKey struct {
+		v  float64
+		id string
+		i  int
+	}
+	keys := make([]sortKey, len(list))
+	for i := range list {
+		v, id := of(&list[i])
+		keys[i] = sortKey{v, id, i}
+	}
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		return cmp.Or(cmp.Compare(b.v, a.v), cmp.Compare(a.id, b.id), cmp.Compare(a.i, b.i))
 	})
+	// Entry j comes from keys[j].i: follow each cycle of that
+	// permutation, holding one entry aside.
+	done := make([]bool, len(list))
+	for start := range list {
+		if done[start] {
+			continue
+		}
+		held := list[start]
+		j := start
+		for {
+			done[j] = true
+			from := keys[j].i
+			if from == start {
+				list[j] = held
+				break
+			}
+			list[j] = list[from]
+			j = from
+		}
+	}
 }

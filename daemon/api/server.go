@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -73,6 +77,32 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // a client gone away is not the daemon's error
 }
 
+// writeList writes head, a FlowList or PeerList whose list is empty, with
+// list in its place, one entry at a time: a node's tens of thousands of
+// flows are tens of megabytes of JSON, which need not be held at once.
+func writeList[T any](w http.ResponseWriter, head any, list []T) {
+	b, err := json.Marshal(head)
+	// The head ends with its empty list: `...,"flows":[]}`.
+	if err != nil || !bytes.HasSuffix(b, []byte("[]}")) {
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("encoding the list: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(b[:len(b)-2])
+	enc := json.NewEncoder(bw)
+	for i := range list {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if enc.Encode(&list[i]) != nil {
+			return // a client gone away is not the daemon's error
+		}
+	}
+	bw.WriteString("]}\n")
+	_ = bw.Flush()
+}
+
 func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -100,8 +130,30 @@ type snapshot struct {
 	peerRates map[record.PeerKey]float64
 	// movers is every flow with what it moved, the bytes of exchanges in
 	// progress included: a bufferbloat's bulk senders are often still
-	// sending.
-	movers []aggregate.FlowStats
+	// sending. It is a copy of stats, made the first time a bufferbloat
+	// asks for it (moversOf).
+	movers     []aggregate.FlowStats
+	moversOnce sync.Once
+}
+
+// moversOf is sn.movers, made on first use.
+func (sn *snapshot) moversOf() []aggregate.FlowStats {
+	sn.moversOnce.Do(func() {
+		sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
+		for cookie, in := range sn.inflight {
+			if j, ok := sn.recorded[cookie]; ok {
+				sn.movers[j].Out.Bytes += in.BytesOut
+				sn.movers[j].In.Bytes += in.BytesIn
+				sn.movers[j].LastSeen = sn.now
+				continue
+			}
+			m := unrecorded(in)
+			m.Out.Bytes, m.In.Bytes = in.BytesOut, in.BytesIn
+			m.FirstSeen, m.LastSeen = in.Start, sn.now
+			sn.movers = append(sn.movers, m)
+		}
+	})
+	return sn.movers
 }
 
 func (s *Server) snapshot() *snapshot {
@@ -113,30 +165,17 @@ func (s *Server) snapshot() *snapshot {
 	for i := range sn.stats {
 		st := &sn.stats[i]
 		sn.recorded[st.Cookie] = i
-		r := s.hist.Rate(st.Cookie, sn.now)
+		r := st.RateAt(sn.now)
 		sn.rates[st.Cookie] = r
 		if st.Peer != (record.PeerKey{}) {
 			sn.peerRates[st.Peer] += r
 		}
 	}
-	sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
 	ins := s.inflight()
 	for i := range ins {
-		in := &ins[i]
-		if in.Start == 0 {
-			continue // nothing in progress
+		if in := &ins[i]; in.Start != 0 { // else nothing in progress
+			sn.inflight[in.Cookie] = in
 		}
-		sn.inflight[in.Cookie] = in
-		if j, ok := sn.recorded[in.Cookie]; ok {
-			sn.movers[j].Out.Bytes += in.BytesOut
-			sn.movers[j].In.Bytes += in.BytesIn
-			sn.movers[j].LastSeen = sn.now
-			continue
-		}
-		m := unrecorded(in)
-		m.Out.Bytes, m.In.Bytes = in.BytesOut, in.BytesIn
-		m.FirstSeen, m.LastSeen = in.Start, sn.now
-		sn.movers = append(sn.movers, m)
 	}
 	return sn
 }
@@ -151,18 +190,18 @@ func unrecorded(in *record.InFlight) aggregate.FlowStats {
 	}
 }
 
-// flows is every flow with its rate, split, diagnoses and exchange in
-// progress, and the flows known only by one: nothing that is moving is
-// missing.
+// flows is every flow with its rate, split and exchange in progress, and
+// the flows known only by one: nothing that is moving is missing. Their
+// diagnoses and peer ids are the caller's to add (finish).
 func (s *Server) flows(sn *snapshot) []Flow {
 	out := make([]Flow, 0, len(sn.stats)+len(sn.inflight))
 	for i := range sn.stats {
-		out = append(out, s.flow(&sn.stats[i], sn))
+		out = append(out, s.flowRow(&sn.stats[i], sn))
 	}
 	for cookie, in := range sn.inflight {
 		if _, ok := sn.recorded[cookie]; !ok {
 			st := unrecorded(in)
-			out = append(out, s.flow(&st, sn))
+			out = append(out, s.flowRow(&st, sn))
 		}
 	}
 	return out
@@ -180,26 +219,35 @@ func (s *Server) flowByCookie(sn *snapshot, cookie uint64) (Flow, bool) {
 	return Flow{}, false
 }
 
-// diagnoses names the bulk senders behind a bufferbloat in ds among
-// movers. None is an empty list, not null: the schema's lists are always
-// lists.
-func diagnoses(ds []record.Diagnosis, m *aggregate.Metrics, movers []aggregate.FlowStats) []record.Diagnosis {
+// diagnoses names the bulk senders behind a bufferbloat in ds among the
+// snapshot's movers. None is an empty list, not null: the schema's lists
+// are always lists.
+func diagnoses(ds []record.Diagnosis, m *aggregate.Metrics, sn *snapshot) []record.Diagnosis {
 	if ds == nil {
 		ds = []record.Diagnosis{}
 	}
-	return diagnose.WithBulkSenders(ds, m, movers)
+	if !slices.ContainsFunc(ds, func(d record.Diagnosis) bool { return d.Name == diagnose.Bufferbloat }) {
+		return ds
+	}
+	return diagnose.WithBulkSenders(ds, m, sn.moversOf())
 }
 
+// flow makes st's answer.
 func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
+	f := s.flowRow(st, sn)
+	s.finish(&f, sn)
+	return f
+}
+
+// flowRow is st's answer but its diagnoses and peer id: what filtering and
+// sorting a list read, made for every flow of a node; finish completes the
+// rows a list returns.
+func (s *Server) flowRow(st *aggregate.FlowStats, sn *snapshot) Flow {
 	f := Flow{
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
 		Rate:      sn.rates[st.Cookie],
 		Split:     st.Metrics.ComponentMeans.Split(),
-		Diagnoses: diagnoses(diagnose.Of(&st.Metrics), &st.Metrics, sn.movers),
-	}
-	if st.Peer != (record.PeerKey{}) {
-		f.PeerID = st.Peer.ID()
 	}
 	f.Dominant = f.Split.Dominant()
 	if in := sn.inflight[st.Cookie]; in != nil {
@@ -211,6 +259,14 @@ func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
 		}
 	}
 	return f
+}
+
+// finish adds what flowRow leaves out.
+func (s *Server) finish(f *Flow, sn *snapshot) {
+	f.Diagnoses = diagnoses(diagnose.Of(&f.Metrics), &f.Metrics, sn)
+	if f.Peer != (record.PeerKey{}) {
+		f.PeerID = f.Peer.ID()
+	}
 }
 
 // peers is every peer pair with its rate, split and diagnoses.
@@ -230,7 +286,7 @@ func (s *Server) peer(st *aggregate.PeerStats, sn *snapshot) Peer {
 		PeerStats: *st,
 		Rate:      sn.peerRates[st.PeerKey],
 		Split:     st.Metrics.ComponentMeans.Split(),
-		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn.movers),
+		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn),
 	}
 	p.Dominant = p.Split.Dominant()
 	return p
@@ -251,8 +307,12 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	out := q.Flows(s.flows(sn))
-	writeJSON(w, FlowList{APIVersion: Version, Now: sn.now, Total: len(out), Flows: limited(out, q.Limit)})
+	out := q.selectFlows(s.flows(sn))
+	page := limited(out, q.Limit)
+	for i := range page {
+		s.finish(&page[i], sn)
+	}
+	writeList(w, FlowList{APIVersion: Version, Now: sn.now, Total: len(out), Flows: []Flow{}}, page)
 }
 
 func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
@@ -283,7 +343,7 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 	}
 	sn := s.snapshot()
 	out := q.Peers(s.peers(sn))
-	writeJSON(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: limited(out, q.Limit)})
+	writeList(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: []Peer{}}, limited(out, q.Limit))
 }
 
 func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {

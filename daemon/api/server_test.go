@@ -1,15 +1,19 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -391,5 +395,29 @@ func TestBufferbloatNamesARunningTransfer(t *testing.T) {
 	}
 	if ds := d.Flow.Diagnoses; len(ds) == 0 || len(ds[0].Related) != 1 || !strings.Contains(ds[0].Related[0], "flow 9: uploader") {
 		t.Errorf("diagnoses %+v", ds)
+	}
+}
+
+// SortFlows orders by value, largest first, then by id, whatever the
+// order it is given.
+func TestSortFlowsPermutes(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 50 {
+		n := r.IntN(40)
+		flows := make([]Flow, n)
+		for i := range flows {
+			flows[i].ID = fmt.Sprint(r.IntN(1000))
+			flows[i].Exchanges = uint64(r.IntN(5))
+		}
+		want := slices.Clone(flows)
+		slices.SortStableFunc(want, func(a, b Flow) int {
+			return cmp.Or(cmp.Compare(b.Exchanges, a.Exchanges), cmp.Compare(a.ID, b.ID))
+		})
+		SortFlows(flows, "exchanges")
+		for i := range flows {
+			if flows[i].ID != want[i].ID || flows[i].Exchanges != want[i].Exchanges {
+				t.Fatalf("position %d: %s/%d, want %s/%d", i, flows[i].ID, flows[i].Exchanges, want[i].ID, want[i].Exchanges)
+			}
+		}
 	}
 }

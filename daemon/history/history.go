@@ -1,8 +1,8 @@
-// Package history keeps the last few exchanges of each flow, small enough
-// to hold for every live connection, so a person looking at one flow sees
-// what just happened to it (durations, cwnd and RTT over the last
-// exchanges) and how many exchanges per second it carries now. The
-// aggregate keeps the distributions; this keeps the recent sequence.
+// Package history keeps the last few exchanges of the most recently active
+// flows, so a person looking at one flow sees what just happened to it
+// (durations, cwnd and RTT over the last exchanges). The aggregate keeps
+// the distributions and rates of every flow; this keeps the recent
+// sequence.
 package history
 
 import (
@@ -15,9 +15,8 @@ import (
 
 // Defaults for the zero Config fields.
 const (
-	DefaultFlows     = 2048
-	DefaultPerFlow   = 64
-	DefaultRateSlice = 5 * time.Second
+	DefaultFlows   = 2048
+	DefaultPerFlow = 64
 )
 
 // Config bounds a History.
@@ -51,12 +50,7 @@ type flow struct {
 	cookie uint64
 	ring   []Sample
 	next   int // where the next sample goes once ring is full
-	// Exchanges counted in the current and the previous rate slice, so
-	// the rate covers between one and two slices of recent time.
-	cur, prev     uint64
-	curAt, prevAt record.Mono
-	hasPrev       bool
-	elem          *list.Element
+	elem   *list.Element
 }
 
 // History is safe for one writer and many readers.
@@ -101,7 +95,7 @@ func (h *History) Add(e *record.Exchange) {
 			// them.
 			f = &flow{}
 		}
-		f.cookie, f.curAt = e.Cookie, e.Time
+		f.cookie = e.Cookie
 		f.elem = h.lru.PushFront(f)
 		h.flows[e.Cookie] = f
 	} else {
@@ -119,23 +113,6 @@ func (h *History) Add(e *record.Exchange) {
 		f.ring[f.next] = s
 		f.next = (f.next + 1) % len(f.ring)
 	}
-	f.roll(e.Time)
-	f.cur++
-}
-
-// roll starts a new rate slice when the current one is older than
-// DefaultRateSlice.
-func (f *flow) roll(now record.Mono) {
-	if now.Sub(f.curAt) < DefaultRateSlice {
-		return
-	}
-	if now.Sub(f.curAt) >= 2*DefaultRateSlice {
-		// Idle for more than a slice: nothing recent to carry.
-		f.prev, f.prevAt = 0, now-record.Mono(DefaultRateSlice)
-	} else {
-		f.prev, f.prevAt = f.cur, f.curAt
-	}
-	f.cur, f.curAt, f.hasPrev = 0, now, true
 }
 
 // Recent returns the flow's kept exchanges, oldest first.
@@ -149,34 +126,6 @@ func (h *History) Recent(cookie uint64) []Sample {
 	out := make([]Sample, 0, len(f.ring))
 	out = append(out, f.ring[f.next:]...)
 	return append(out, f.ring[:f.next]...)
-}
-
-// Rate returns the flow's exchanges per second over the last five to ten
-// seconds before now (zero when it was idle that long).
-func (h *History) Rate(cookie uint64, now record.Mono) float64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	f := h.flows[cookie]
-	if f == nil {
-		return 0
-	}
-	since := now.Sub(f.curAt)
-	switch {
-	case since >= 2*DefaultRateSlice:
-		return 0
-	case since >= DefaultRateSlice:
-		// Only the current slice is still recent.
-		return float64(f.cur) / since.Seconds()
-	}
-	start := f.curAt
-	if f.hasPrev {
-		start = f.prevAt
-	}
-	span := now.Sub(start)
-	if span < time.Second {
-		span = time.Second
-	}
-	return float64(f.cur+f.prev) / span.Seconds()
 }
 
 // Forget drops a flow (its connection is gone from the aggregate).

@@ -30,21 +30,6 @@ func TestRingKeepsTheLastInOrder(t *testing.T) {
 	}
 }
 
-func TestRate(t *testing.T) {
-	h := New(Config{})
-	// 10 exchanges per second for 8 s.
-	for i := 0; i < 80; i++ {
-		h.Add(ex(1, time.Duration(i)*100*time.Millisecond, 0))
-	}
-	now := record.Mono(8 * time.Second)
-	if r := h.Rate(1, now); r < 9 || r > 11 {
-		t.Errorf("rate %v, want about 10", r)
-	}
-	if r := h.Rate(1, now+record.Mono(20*time.Second)); r != 0 {
-		t.Errorf("idle rate %v", r)
-	}
-}
-
 func TestBoundedByFlows(t *testing.T) {
 	h := New(Config{Flows: 3})
 	for c := uint64(1); c <= 5; c++ {
