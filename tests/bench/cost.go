@@ -74,6 +74,19 @@ type MapMem struct {
 	Type  string `json:"type"`
 	Bytes uint64 `json:"bytes"`
 	How   string `json:"how"`
+	// PerSocket is a socket storage map's allocation per socket.
+	PerSocket uint64 `json:"per_socket_bytes,omitempty"`
+}
+
+// SocketStorage is what the storage every traced socket gets (the socks
+// map) costs the kernel per socket; 0 when the run did not say.
+func (f FlowCost) SocketStorage() uint64 {
+	for _, m := range f.Maps {
+		if m.Name == "socks" {
+			return m.PerSocket
+		}
+	}
+	return 0
 }
 
 // MapBytes sums Maps.
@@ -371,8 +384,13 @@ func lattraceMaps(sockets int) ([]MapMem, error) {
 			if err != nil {
 				return nil, err
 			}
-			mm.Bytes = uint64(sockets) * per
+			mm.Bytes, mm.PerSocket = uint64(sockets)*per, per
 			mm.How = fmt.Sprintf("%d sockets x %d B (a %d B value in a storage element, plus the socket's storage header)", sockets, per, info.ValueSize)
+			if info.Name == "h2socks" {
+				// Made only for a connection that opens as HTTP/2.
+				mm.Bytes = 0
+				mm.How = fmt.Sprintf("%d B per HTTP/2 connection (a %d B value in a storage element, plus the socket's storage header when it has no other): none here", per, info.ValueSize)
+			}
 		} else if b, ok := info.Memlock(); ok {
 			mm.Bytes = b
 			mm.How = "as the kernel reports it (memlock)"
@@ -400,7 +418,17 @@ func skStorageBytes(valueSize uint32) (uint64, error) {
 		}
 		return s.Size, nil
 	}
-	elem, err := size("bpf_local_storage_elem")
+	// The kernel allocates an element up to its value's end:
+	// offsetof(struct bpf_local_storage_elem, sdata.data[value_size]).
+	var el *btf.Struct
+	if err := spec.TypeByName("bpf_local_storage_elem", &el); err != nil {
+		return 0, fmt.Errorf("kernel BTF: bpf_local_storage_elem: %w", err)
+	}
+	i := slices.IndexFunc(el.Members, func(m btf.Member) bool { return m.Name == "sdata" })
+	if i < 0 {
+		return 0, errors.New("kernel BTF: bpf_local_storage_elem has no sdata")
+	}
+	data, err := size("bpf_local_storage_data")
 	if err != nil {
 		return 0, err
 	}
@@ -408,7 +436,8 @@ func skStorageBytes(valueSize uint32) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return kmallocSize(uint64(elem+valueSize)) + kmallocSize(uint64(head)), nil
+	elem := uint64(el.Members[i].Offset.Bytes()) + uint64(data) + uint64(valueSize)
+	return kmallocSize(elem) + kmallocSize(uint64(head)), nil
 }
 
 // kmallocSize is the slab size class a kmalloc of n bytes uses.

@@ -158,20 +158,6 @@ func (h HookCost) PathProgs() []PathProg {
 	return out
 }
 
-// SlowestOnPath is the program with the highest AtMost among those that
-// ran at least once per round trip through the path: the programs of
-// connection events run a handful of times there, which measures cache
-// misses alone.
-func (h HookCost) SlowestOnPath() (PathProg, bool) {
-	var worst PathProg
-	for _, p := range h.PathProgs() {
-		if p.PerRoundTrip >= 1 && p.AtMost > worst.AtMost {
-			worst = p
-		}
-	}
-	return worst, worst.Runs > 0
-}
-
 type progSnap struct {
 	name, typ string
 	runs      uint64
