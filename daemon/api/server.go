@@ -134,14 +134,20 @@ type snapshot struct {
 	// asks for it (moversOf).
 	movers     []aggregate.FlowStats
 	moversOnce sync.Once
+	// ins is the exchanges in progress as the tracer listed them.
+	ins []record.InFlight
 }
 
 // moversOf is sn.movers, made on first use.
 func (sn *snapshot) moversOf() []aggregate.FlowStats {
 	sn.moversOnce.Do(func() {
 		sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
-		for cookie, in := range sn.inflight {
-			if j, ok := sn.recorded[cookie]; ok {
+		for i := range sn.ins {
+			in := &sn.ins[i]
+			if in.Start == 0 {
+				continue // nothing in progress
+			}
+			if j, ok := sn.recorded[in.Cookie]; ok {
 				sn.movers[j].Out.Bytes += in.BytesOut
 				sn.movers[j].In.Bytes += in.BytesIn
 				sn.movers[j].LastSeen = sn.now
@@ -171,9 +177,9 @@ func (s *Server) snapshot() *snapshot {
 			sn.peerRates[st.Peer] += r
 		}
 	}
-	ins := s.inflight()
-	for i := range ins {
-		if in := &ins[i]; in.Start != 0 { // else nothing in progress
+	sn.ins = s.inflight()
+	for i := range sn.ins {
+		if in := &sn.ins[i]; in.Start != 0 { // else nothing in progress
 			sn.inflight[in.Cookie] = in
 		}
 	}
