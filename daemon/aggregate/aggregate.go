@@ -827,10 +827,16 @@ func (a *Aggregator) Flows() []FlowStats {
 	for _, e := range a.flows {
 		refs = append(refs, flowRef{key: e.key, ref: ref[flowEntry]{e, e.gen}})
 	}
+	// One copy of the packed entries, which refs point into: not one
+	// allocation each.
+	packed := make([]packedFlow, 0, len(a.packed))
 	for _, p := range a.packed {
-		refs = append(refs, flowRef{packed: &p})
+		packed = append(packed, p)
 	}
 	a.mu.RUnlock()
+	for i := range packed {
+		refs = append(refs, flowRef{packed: &packed[i]})
+	}
 	for i := range refs {
 		if p := refs[i].packed; p != nil {
 			// A key that does not decode sorts first; its flow is left

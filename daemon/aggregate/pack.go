@@ -114,7 +114,7 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	return p, w.b
 }
 
-// packedKey decodes only the flow's key.
+// key decodes only the flow's key.
 func (p *packedFlow) key() (record.FlowKey, error) {
 	r := unpacker{b: p.b}
 	k := r.key()

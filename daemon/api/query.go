@@ -234,11 +234,7 @@ func ParseQuery(v url.Values) (Query, error) {
 
 // Flows returns the flows of all that pass q's filter, in q's order, in a
 // new slice: what a client shows of a list it holds.
-func (q Query) Flows(all []Flow) []Flow {
-	out := passing(all, q.Filter.MatchFlow)
-	SortFlows(out, q.Sort)
-	return out
-}
+func (q Query) Flows(all []Flow) []Flow { return q.selectFlows(slices.Clone(all)) }
 
 // selectFlows is Flows in all's own memory: what GET /v1/flows lists
 // before its limit.
