@@ -74,22 +74,24 @@ static __always_inline void mark_a1(struct lt_sock *st, __u64 now)
 	}
 }
 
-/* Completes ex, the socket's exchange or a copy of it, with the socket's
- * counters and the path's RTTs. It changes nothing else of the socket's:
- * a copy the sweep makes may be dropped (write_idle). */
+/* Fills ex, a record reserved in the ring buffer with its header, with
+ * the socket's exchange and what the socket and the path say of it now.
+ * It changes nothing of the socket's: the sweep's record may be dropped
+ * (write_idle). Every field is written: a reserved record is not
+ * cleared. */
 static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock *tp, struct lt_exchange *ex, __u64 now)
 {
+	struct lt_progress *p = &ex->progress;
 	struct path_rtt *pw;
 	__u32 rtt;
 
-	fill_header(&ex->hdr, LT_RECORD_EXCHANGE, now);
+	*p = st->cur;
+	ex->cookie = st->cookie;
 	ex->flow = st->flow;
 	ex->owner = st->owner;
 	ex->conn_role = st->role;
 	ex->turns = st->turns;
 	ex->turns_exchange = st->turns - st->turns_emitted;
-	ex->bytes_out = st->out_seq_end - st->out_seq_start;
-	ex->bytes_in = st->in_seq_end - st->in_seq_start;
 	if (tp) {
 		/* In 64 bits: each message's end is near the socket's counts
 		 * now, its start anywhere before. */
@@ -100,10 +102,17 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 		ex->min_rtt_us = tp->rtt_min.s[0].v == ~0U ? 0 : tp->rtt_min.s[0].v; /* ~0: no sample yet */
 		ex->srtt_us = tp->srtt_us >> 3;
 		ex->rwnd_end = tp->snd_wnd;
-		if (!ex->cwnd_end)
-			ex->cwnd_end = tp->snd_cwnd;
+		if (!p->cwnd_end)
+			p->cwnd_end = tp->snd_cwnd;
 		ex->isn_remote = isn_remote(tp);
 		ex->isn_local = isn_local(tp, st->role == LT_ROLE_CLIENT);
+	} else {
+		ex->bytes_out = st->out_seq_end - st->out_seq_start;
+		ex->bytes_in = st->in_seq_end - st->in_seq_start;
+		ex->segs_out = ex->retrans = 0;
+		ex->min_rtt_us = ex->srtt_us = 0;
+		ex->rwnd_end = 0;
+		ex->isn_remote = ex->isn_local = 0;
 	}
 	ex->out_seq = st->out_seq_start;
 	ex->in_seq = st->in_seq_start;
@@ -112,20 +121,21 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 	 * path's minimum (the handshake's sample is in it). */
 	pw = path_get(&st->flow, now);
 	rtt = 0;
+	ex->path_min_rtt_us = 0;
 	if (pw) {
 		path_min_add(pw, ex->min_rtt_us, now);
 		ex->path_min_rtt_us = pw->min_rtt_us;
-		rtt = path_rtt_between(pw, ex->w0 ? ex->w0 : ex->r0, ex->r0 && ex->role == LT_REQUESTER ? ex->r0 : now);
+		rtt = path_rtt_between(pw, p->w0 ? p->w0 : p->r0, p->r0 && p->role == LT_REQUESTER ? p->r0 : now);
 		if (!rtt)
 			rtt = winmin_get(&pw->recent, now);
 	}
 	ex->path_rtt_us = rtt;
 	if (st->msg_tstamp)
-		ex->flags |= LT_EX_TX_TSTAMP;
+		p->flags |= LT_EX_TX_TSTAMP;
 	if (st->h2 & H2_STREAMS)
-		ex->flags |= LT_EX_H2_STREAMS;
+		p->flags |= LT_EX_H2_STREAMS;
 	if (st->partial && !st->emitted_any)
-		ex->flags |= LT_EX_PARTIAL;
+		p->flags |= LT_EX_PARTIAL;
 }
 
 /* Takes exchange gen for writing, seen being the last exchange written
@@ -145,22 +155,22 @@ static __always_inline void exchange_written(struct lt_sock *st)
 	st->emitted_any = 1;
 }
 
-/* Completes the exchange and copies it to the ring buffer, unless it was
+/* Completes the exchange and writes it to the ring buffer, unless it was
  * written already (the sweep writes an idle one before its next turn). */
 static __always_inline void emit_exchange(struct lt_sock *st, struct tcp_sock *tp, __u64 now)
 {
-	struct lt_exchange *ex = &st->cur;
+	struct lt_exchange *ex;
 
-	if (!ex->role || !claim_exchange(st, st->gen, st->written_gen))
+	if (!st->cur.role || !claim_exchange(st, st->gen, st->written_gen))
 		return;
 	count(LT_CNT_EXCHANGES);
 	if (st->wait_last_ns)
 		wait_account(st, now);
-	finish_exchange(st, tp, ex, now);
-	if (output(ex, sizeof(*ex)))
-		count(LT_CNT_RINGBUF_FULL);
-	else
-		count(LT_CNT_RECORDS);
+	ex = reserve(sizeof(*ex), LT_RECORD_EXCHANGE, now);
+	if (ex) {
+		finish_exchange(st, tp, ex, now);
+		submit(ex, sizeof(*ex));
+	}
 	exchange_written(st);
 }
 
@@ -177,7 +187,7 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 	__builtin_memset(&st->cur, 0, sizeof(st->cur));
 	st->gen++;
 	st->cur.role = role;
-	st->cur.cookie = sock_cookie(st, sk);
+	sock_cookie(st, sk);
 	if (!st->emitted_any) {
 		st->cur.flags |= LT_EX_FIRST;
 		st->cur.established_ns = st->established_ns;
@@ -238,7 +248,7 @@ static __always_inline bool greeting_only(const struct lt_sock *st)
  * shows in its connection setup. */
 static __always_inline void drop_greeting(struct lt_sock *st, struct tcp_sock *tp)
 {
-	struct lt_exchange *ex = &st->cur;
+	struct lt_progress *ex = &st->cur;
 
 	ex->flags |= LT_EX_GREETING;
 	if (ex->role == LT_REQUESTER) {
@@ -400,7 +410,7 @@ static __always_inline void begin_push(struct lt_sock *st, struct sock *sk, stru
  * the local end wrote is acknowledged. */
 static __always_inline bool complete_and_quiet(const struct lt_sock *st, struct tcp_sock *tp, __u64 now, __u64 quiet)
 {
-	const struct lt_exchange *ex = &st->cur;
+	const struct lt_progress *ex = &st->cur;
 	bool push = ex->flags & LT_EX_PUSH;
 	__u64 last;
 
@@ -435,12 +445,9 @@ static __always_inline void write_idle(struct lt_sock *st, struct tcp_sock *tp, 
 
 	if (seen == gen)
 		return;
-	ex = bpf_ringbuf_reserve(&events, sizeof(*ex), 0);
-	if (!ex) {
-		count(LT_CNT_RINGBUF_FULL);
+	ex = reserve(sizeof(*ex), LT_RECORD_EXCHANGE, now);
+	if (!ex)
 		return;
-	}
-	__builtin_memcpy(ex, &st->cur, sizeof(*ex));
 	finish_exchange(st, tp, ex, now);
 	if (!claim_exchange(st, gen, seen)) {
 		bpf_ringbuf_discard(ex, 0);

@@ -66,7 +66,7 @@ enum lt_exchange_role {
 	LT_RESPONDER = 2, /* the peer sent first */
 };
 
-/* Bits of lt_exchange.flags. */
+/* Bits of lt_progress.flags. */
 enum lt_exchange_flag {
 	LT_EX_TX_TSTAMP = 1 << 0,     /* x1/a1 came from BPF TX timestamping */
 	LT_EX_CWND_RESTART = 1 << 1,  /* cwnd shrank after idle before the first send */
@@ -132,7 +132,7 @@ enum lt_h2_flag {
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 4,
+	LT_LAYOUT = 5,
 };
 
 struct lt_header {
@@ -167,49 +167,61 @@ struct lt_conn_open {
 	__u32 handshake_rtt_us;
 };
 
-/* LT_RECORD_EXCHANGE: one exchange as the local end saw it. Timestamps are
- * bpf_ktime_get_ns(); zero means the point did not happen. "out" is the
- * message the local end sent, "in" the one it received. */
-struct lt_exchange {
-	struct lt_header hdr;
-	__u64 cookie;
-	struct lt_flow flow;
-	struct lt_owner owner;
-	__u32 role;      /* enum lt_exchange_role */
-	__u32 conn_role; /* enum lt_role */
-	__u32 flags;     /* enum lt_exchange_flag */
-	__u32 turns;     /* the connection's turns so far */
+/* What a socket builds of its exchange while the exchange runs
+ * (lt_sock.cur); the rest of lt_exchange is read from the socket when the
+ * record is written, so the socket's storage holds only this part.
+ * Timestamps are bpf_ktime_get_ns(); zero means the point did not happen.
+ * "out" is the message the local end sent, "in" the one it received. */
+struct lt_progress {
+	__u32 role;  /* enum lt_exchange_role */
+	__u32 flags; /* enum lt_exchange_flag */
 
 	__u64 connect_ns;     /* SYN sent, first exchange of a client connection */
 	__u64 established_ns; /* first exchange only */
 	__u64 w0, w1, x1, a1; /* out message: first write, last write returned, last byte sent, acked */
 	__u64 r0, r1, d1;     /* in message: first byte, last byte arrived, last byte read */
 
-	__u64 bytes_out, bytes_in;
-	__u32 segs_out, segs_in;
-	__u32 retrans, rtos;
+	__u32 segs_in, rtos;
 	__u64 loss_out_ns; /* out message: first send of a lost byte to its last retransmission */
 	__u64 loss_in_ns;  /* in message: time with a hole in the received sequence */
 	__u64 wait_cwnd_ns, wait_rwnd_ns, wait_sndbuf_ns, wait_other_ns;
+	__u64 wait_pacing_ns; /* out message held until its pacing departure time */
+	/* Out message: time between a write and the next one with all of it
+	 * written so far already sent: the app writing it in pieces. */
+	__u64 write_gaps_ns;
 	__u64 idle_ns; /* connection silence before the exchange */
 
-	__u32 min_rtt_us, srtt_us;
-	__u32 path_rtt_us; /* recent clean RTT of the path (netns, peer address); 0 = none */
-	__u32 ack_rtt_us;  /* a1 - x1 when LT_EX_ACK_PURE */
+	__u32 ack_rtt_us; /* a1 - x1 when LT_EX_ACK_PURE */
 	__u32 cwnd_start, cwnd_end;
-	__u32 rwnd_start, rwnd_end;
+	__u32 rwnd_start;
+	char cong[16]; /* congestion control, read when the cwnd restarted */
+};
+
+/* LT_RECORD_EXCHANGE: one exchange as the local end saw it: what the
+ * socket built while it ran, then what the socket says when it is
+ * written. Every field is written (the ring buffer's memory is not
+ * cleared). */
+struct lt_exchange {
+	struct lt_header hdr;
+	__u64 cookie;
+	struct lt_flow flow;
+	struct lt_owner owner;
+	struct lt_progress progress;
+
+	__u64 bytes_out, bytes_in;
+	__u32 conn_role;      /* enum lt_role */
+	__u32 turns;          /* the connection's turns so far */
+	__u32 turns_exchange; /* turns since the connection's previous exchange */
+	__u32 segs_out, retrans;
+	__u32 min_rtt_us, srtt_us;
+	__u32 path_rtt_us;     /* recent clean RTT of the path (netns, peer address); 0 = none */
 	__u32 path_min_rtt_us; /* the path's minimum RTT over minutes, all flows */
+	__u32 rwnd_end;
 	/* Sequence numbers both ends see alike (NAT keeps them): the
 	 * connection's initial sequence numbers and where each message
 	 * starts, so two tracers can name the same exchange. */
 	__u32 isn_local, isn_remote;
 	__u32 out_seq, in_seq;
-	__u32 turns_exchange; /* turns since the connection's previous exchange */
-	char cong[16];        /* congestion control, read when the cwnd restarted */
-	__u64 wait_pacing_ns; /* out message held until its pacing departure time */
-	/* Out message: time between a write and the next one with all of it
-	 * written so far already sent: the app writing it in pieces. */
-	__u64 write_gaps_ns;
 };
 
 /* Kinds of lt_h2_event. */

@@ -70,12 +70,4 @@ static __always_inline void submit(void *rec, __u64 size)
 	count(LT_CNT_RECORDS);
 }
 
-/* Copies size bytes from data into the ring buffer as one record. */
-static __always_inline long output(void *data, __u64 size)
-{
-	__u64 before = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-
-	return bpf_ringbuf_output(&events, data, size, wake_flags(before, before + ringbuf_len(size)));
-}
-
 #endif /* LATTRACE_RINGBUF_BPF_H */

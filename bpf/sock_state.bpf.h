@@ -30,7 +30,7 @@ enum tstamp_state {
 };
 
 struct lt_sock {
-	struct lt_exchange cur; /* the exchange being built */
+	struct lt_progress cur; /* the exchange being built */
 	struct lt_flow flow;
 	struct lt_owner owner;
 	__u64 syn_ns, established_ns, last_activity_ns;
@@ -63,6 +63,11 @@ struct lt_sock {
 	 * directions set it, from different CPUs: atomic ors only. */
 	__u32 h2;
 };
+
+/* The kernel allocates a socket's storage as its element header (72
+ * bytes up to the value on 6.1 to 6.18) and the value: lt_sock keeps the
+ * element in kmalloc-512. */
+_Static_assert(sizeof(struct lt_sock) <= 512 - 72, "lt_sock outgrows kmalloc-512");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

@@ -190,7 +190,8 @@ func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond
 // pipeline computes its components. Filling one reused record instead of a
 // new one per exchange spares the garbage collector a record per exchange.
 func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
-	has := func(f lattraceLtExchangeFlag) bool { return x.Flags&uint32(f) != 0 }
+	p := &x.Progress
+	has := func(f lattraceLtExchangeFlag) bool { return p.Flags&uint32(f) != 0 }
 	*e = record.Exchange{
 		Time:     record.Mono(x.Hdr.TsNs),
 		Cookie:   x.Cookie,
@@ -198,29 +199,29 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		Owner:    owner(&x.Owner, comms),
 		ConnRole: role(x.ConnRole),
 		Timeline: record.Timeline{
-			Connect: record.Mono(x.ConnectNs), Established: record.Mono(x.EstablishedNs),
-			W0: record.Mono(x.W0), W1: record.Mono(x.W1), X1: record.Mono(x.X1), A1: record.Mono(x.A1),
-			R0: record.Mono(x.R0), R1: record.Mono(x.R1), D1: record.Mono(x.D1),
+			Connect: record.Mono(p.ConnectNs), Established: record.Mono(p.EstablishedNs),
+			W0: record.Mono(p.W0), W1: record.Mono(p.W1), X1: record.Mono(p.X1), A1: record.Mono(p.A1),
+			R0: record.Mono(p.R0), R1: record.Mono(p.R1), D1: record.Mono(p.D1),
 		},
 		BytesOut:    x.BytesOut,
 		BytesIn:     x.BytesIn,
 		SegsOut:     x.SegsOut,
-		SegsIn:      x.SegsIn,
+		SegsIn:      p.SegsIn,
 		Retransmits: x.Retrans,
-		RTOs:        x.Rtos,
+		RTOs:        p.Rtos,
 		MinRTT:      usec(x.MinRttUs),
 		SRTT:        usec(x.SrttUs),
 		PathRTT:     usec(x.PathRttUs),
 		PathMinRTT:  usec(x.PathMinRttUs),
 		Raw: record.ExchangeRaw{
-			LossOut: time.Duration(x.LossOutNs), LossIn: time.Duration(x.LossInNs),
-			WaitCwnd: time.Duration(x.WaitCwndNs), WaitRwnd: time.Duration(x.WaitRwndNs),
-			WaitSndbuf: time.Duration(x.WaitSndbufNs), WaitPacing: time.Duration(x.WaitPacingNs),
-			WaitOther: time.Duration(x.WaitOtherNs), WriteGaps: time.Duration(x.WriteGapsNs),
+			LossOut: time.Duration(p.LossOutNs), LossIn: time.Duration(p.LossInNs),
+			WaitCwnd: time.Duration(p.WaitCwndNs), WaitRwnd: time.Duration(p.WaitRwndNs),
+			WaitSndbuf: time.Duration(p.WaitSndbufNs), WaitPacing: time.Duration(p.WaitPacingNs),
+			WaitOther: time.Duration(p.WaitOtherNs), WriteGaps: time.Duration(p.WriteGapsNs),
 		},
-		CwndStart:          x.CwndStart,
-		CwndEnd:            x.CwndEnd,
-		RwndStart:          x.RwndStart,
+		CwndStart:          p.CwndStart,
+		CwndEnd:            p.CwndEnd,
+		RwndStart:          p.RwndStart,
 		RwndEnd:            x.RwndEnd,
 		ISNLocal:           x.IsnLocal,
 		ISNRemote:          x.IsnRemote,
@@ -228,7 +229,7 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		InSeq:              x.InSeq,
 		Turns:              x.Turns,
 		ExchangeTurns:      x.TurnsExchange,
-		IdleGap:            time.Duration(x.IdleNs),
+		IdleGap:            time.Duration(p.IdleNs),
 		CwndRestart:        has(lattraceLtExchangeFlagLT_EX_CWND_RESTART),
 		SlowStartAfterIdle: has(lattraceLtExchangeFlagLT_EX_SSAI),
 		TxTimestamps:       has(lattraceLtExchangeFlagLT_EX_TX_TSTAMP),
@@ -240,9 +241,9 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		Push:               has(lattraceLtExchangeFlagLT_EX_PUSH),
 		Unfinished:         has(lattraceLtExchangeFlagLT_EX_UNFINISHED),
 	}
-	e.Role = exchangeRole(x.Role)
-	e.CongestionControl = congs.get(x.Cong[:])
+	e.Role = exchangeRole(p.Role)
+	e.CongestionControl = congs.get(p.Cong[:])
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
-		e.AckRTT = usec(x.AckRttUs)
+		e.AckRTT = usec(p.AckRttUs)
 	}
 }

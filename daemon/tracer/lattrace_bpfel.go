@@ -90,54 +90,57 @@ const (
 )
 
 type lattraceLtExchange struct {
-	_             structs.HostLayout
-	Hdr           lattraceLtHeader
-	Cookie        uint64
-	Flow          lattraceLtFlow
-	Owner         lattraceLtOwner
-	Role          uint32
-	ConnRole      uint32
-	Flags         uint32
-	Turns         uint32
-	ConnectNs     uint64
-	EstablishedNs uint64
-	W0            uint64
-	W1            uint64
-	X1            uint64
-	A1            uint64
-	R0            uint64
-	R1            uint64
-	D1            uint64
+	_        structs.HostLayout
+	Hdr      lattraceLtHeader
+	Cookie   uint64
+	Flow     lattraceLtFlow
+	Owner    lattraceLtOwner
+	Progress struct {
+		_             structs.HostLayout
+		Role          uint32
+		Flags         uint32
+		ConnectNs     uint64
+		EstablishedNs uint64
+		W0            uint64
+		W1            uint64
+		X1            uint64
+		A1            uint64
+		R0            uint64
+		R1            uint64
+		D1            uint64
+		SegsIn        uint32
+		Rtos          uint32
+		LossOutNs     uint64
+		LossInNs      uint64
+		WaitCwndNs    uint64
+		WaitRwndNs    uint64
+		WaitSndbufNs  uint64
+		WaitOtherNs   uint64
+		WaitPacingNs  uint64
+		WriteGapsNs   uint64
+		IdleNs        uint64
+		AckRttUs      uint32
+		CwndStart     uint32
+		CwndEnd       uint32
+		RwndStart     uint32
+		Cong          [16]int8
+	}
 	BytesOut      uint64
 	BytesIn       uint64
+	ConnRole      uint32
+	Turns         uint32
+	TurnsExchange uint32
 	SegsOut       uint32
-	SegsIn        uint32
 	Retrans       uint32
-	Rtos          uint32
-	LossOutNs     uint64
-	LossInNs      uint64
-	WaitCwndNs    uint64
-	WaitRwndNs    uint64
-	WaitSndbufNs  uint64
-	WaitOtherNs   uint64
-	IdleNs        uint64
 	MinRttUs      uint32
 	SrttUs        uint32
 	PathRttUs     uint32
-	AckRttUs      uint32
-	CwndStart     uint32
-	CwndEnd       uint32
-	RwndStart     uint32
-	RwndEnd       uint32
 	PathMinRttUs  uint32
+	RwndEnd       uint32
 	IsnLocal      uint32
 	IsnRemote     uint32
 	OutSeq        uint32
 	InSeq         uint32
-	TurnsExchange uint32
-	Cong          [16]int8
-	WaitPacingNs  uint64
-	WriteGapsNs   uint64
 }
 
 type lattraceLtExchangeFlag uint32
@@ -262,7 +265,7 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 4
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 5
 )
 
 type lattraceLtOwner struct {
@@ -291,8 +294,37 @@ const (
 )
 
 type lattraceLtSock struct {
-	_              structs.HostLayout
-	Cur            lattraceLtExchange
+	_   structs.HostLayout
+	Cur struct {
+		_             structs.HostLayout
+		Role          uint32
+		Flags         uint32
+		ConnectNs     uint64
+		EstablishedNs uint64
+		W0            uint64
+		W1            uint64
+		X1            uint64
+		A1            uint64
+		R0            uint64
+		R1            uint64
+		D1            uint64
+		SegsIn        uint32
+		Rtos          uint32
+		LossOutNs     uint64
+		LossInNs      uint64
+		WaitCwndNs    uint64
+		WaitRwndNs    uint64
+		WaitSndbufNs  uint64
+		WaitOtherNs   uint64
+		WaitPacingNs  uint64
+		WriteGapsNs   uint64
+		IdleNs        uint64
+		AckRttUs      uint32
+		CwndStart     uint32
+		CwndEnd       uint32
+		RwndStart     uint32
+		Cong          [16]int8
+	}
 	Flow           lattraceLtFlow
 	Owner          lattraceLtOwner
 	SynNs          uint64

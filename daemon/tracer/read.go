@@ -102,7 +102,7 @@ func (t *Tracer) decode(raw []byte, sink record.Sink) {
 		var x *lattraceLtExchange
 		if x, ok = view[lattraceLtExchange](raw); ok {
 			t.sweepNetns.saw(x.Flow.Netns)
-			if x.Flags&uint32(lattraceLtExchangeFlagLT_EX_H2STREAMS) != 0 {
+			if x.Progress.Flags&uint32(lattraceLtExchangeFlagLT_EX_H2STREAMS) != 0 {
 				// Its streams make the exchanges (LT_RECORD_H2).
 				t.h2Replaced.Add(1)
 				break
