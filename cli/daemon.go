@@ -100,9 +100,9 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&ox.Endpoint, "otlp-endpoint", "", "OTLP endpoint host:port, gRPC or HTTP by --otlp-protocol (turns OTLP on)")
 	f.BoolVar(&ox.Insecure, "otlp-insecure", false, "OTLP without TLS")
 	f.StringVar(&ox.Protocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
-	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow, within --span-slow-rate (negative: none)")
+	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow, or with a warning or critical diagnosis, within --span-slow-rate (negative: no threshold)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
-	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow exchanges (a connection storm makes every exchange slow); the rest are counted (negative: no bound)")
+	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow or diagnosed exchanges (a connection storm makes every exchange slow); the rest are counted (negative: no bound)")
 	return cmd
 }
 

@@ -306,5 +306,6 @@ func (d *Daemon) logExports() {
 	}
 	st := d.otlp.Stats()
 	d.log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
+		"sampled_slow", st.SampledSlow, "sampled_diagnosed", st.SampledDiagnosed, "sampled_rate", st.SampledRate,
 		"dropped_sampling", st.DroppedSampling, "dropped_slow_budget", st.SlowOverBudget, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
 }

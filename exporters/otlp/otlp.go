@@ -191,37 +191,41 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 
 // Stats are the exporter's counters since New.
 type Stats struct {
-	Exchanges       uint64 // exchanges received
-	SampledSlow     uint64 // exported because at or above SlowThreshold
-	SlowOverBudget  uint64 // at or above SlowThreshold, beyond SlowRatePerSecond: not exported
-	SampledRate     uint64 // exported by the rate sample
-	DroppedSampling uint64 // not sampled
-	DroppedQueue    uint64 // sampled but dropped: the span queue was full
-	SpansQueued     uint64 // spans handed to the batch processor
-	SpansExported   uint64 // spans the receiver accepted
-	SpansFailed     uint64 // spans in failed exports (after retries)
-	ExportErrors    uint64 // failed span export calls
-	MetricErrors    uint64 // failed metric export calls
-	PeerPairs       uint64 // distinct peer pairs in the metrics
-	PeerOverflow    uint64 // exchanges folded into the "other" pair
-	QueueDepth      uint64 // spans waiting for export now
+	Exchanges   uint64 // exchanges received
+	SampledSlow uint64 // exported because at or above SlowThreshold
+	// SampledDiagnosed counts exchanges below SlowThreshold exported
+	// because a diagnosis of theirs is a warning or critical.
+	SampledDiagnosed uint64
+	SlowOverBudget   uint64 // slow or diagnosed, beyond SlowRatePerSecond: not exported
+	SampledRate      uint64 // exported by the rate sample
+	DroppedSampling  uint64 // not sampled
+	DroppedQueue     uint64 // sampled but dropped: the span queue was full
+	SpansQueued      uint64 // spans handed to the batch processor
+	SpansExported    uint64 // spans the receiver accepted
+	SpansFailed      uint64 // spans in failed exports (after retries)
+	ExportErrors     uint64 // failed span export calls
+	MetricErrors     uint64 // failed metric export calls
+	PeerPairs        uint64 // distinct peer pairs in the metrics
+	PeerOverflow     uint64 // exchanges folded into the "other" pair
+	QueueDepth       uint64 // spans waiting for export now
 }
 
 // Stats returns the counters.
 func (x *Exporter) Stats() Stats {
 	s := Stats{
-		Exchanges:       x.exchanges.Load(),
-		SampledSlow:     x.sampler.sampledSlow.Load(),
-		SlowOverBudget:  x.sampler.slowOverBudget.Load(),
-		SampledRate:     x.sampler.sampledRate.Load(),
-		DroppedSampling: x.sampler.dropped.Load(),
-		DroppedQueue:    x.droppedQueue.Load(),
-		SpansQueued:     x.spansQueued.Load(),
-		SpansExported:   x.spansExported.Load(),
-		SpansFailed:     x.spansFailed.Load(),
-		ExportErrors:    x.exportErrors.Load(),
-		MetricErrors:    x.metricErrors.Load(),
-		QueueDepth:      uint64(max(x.pending.Load(), 0)),
+		Exchanges:        x.exchanges.Load(),
+		SampledSlow:      x.sampler.sampledSlow.Load(),
+		SampledDiagnosed: x.sampler.sampledDiagnosed.Load(),
+		SlowOverBudget:   x.sampler.slowOverBudget.Load(),
+		SampledRate:      x.sampler.sampledRate.Load(),
+		DroppedSampling:  x.sampler.dropped.Load(),
+		DroppedQueue:     x.droppedQueue.Load(),
+		SpansQueued:      x.spansQueued.Load(),
+		SpansExported:    x.spansExported.Load(),
+		SpansFailed:      x.spansFailed.Load(),
+		ExportErrors:     x.exportErrors.Load(),
+		MetricErrors:     x.metricErrors.Load(),
+		QueueDepth:       uint64(max(x.pending.Load(), 0)),
 	}
 	if x.m != nil {
 		s.PeerPairs, s.PeerOverflow = x.m.pairStats()

@@ -285,6 +285,65 @@ func TestNoISNsRandomIDs(t *testing.T) {
 	}
 }
 
+// An exchange with a warning or critical diagnosis is exported however
+// short, as a gateway's tail sampling keeps its trace; an info one is not
+// singled out.
+func TestSamplingKeepsDiagnosed(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{SlowThreshold: 30 * ms, RatePerSecond: 0.001, Burst: 1})
+	severity := map[int]record.Severity{3: record.SeverityWarning, 5: record.SeverityInfo, 7: record.SeverityCritical}
+	const fast = 10
+	want := map[string]bool{}
+	for i := range fast {
+		e := responder(5, 6, uint32(100+i)) // 10 ms
+		if sev, ok := severity[i]; ok {
+			e.Diagnoses = []record.Diagnosis{{Name: "test", Severity: sev}}
+		}
+		if i == 0 || i == 3 || i == 7 { // the rate sample's one token, then the flagged ones
+			tid, _, ok := otlp.TraceIDs(e)
+			if !ok {
+				t.Fatal("no trace id")
+			}
+			want[tid.String()] = true
+		}
+		x.Exchange(e)
+	}
+	spans := flushedSpans(t, c, x, len(want))
+	got := map[string]bool{}
+	for _, sp := range spans {
+		got[sp.TraceID] = true
+	}
+	if len(spans) != len(want) || len(got) != len(want) {
+		t.Errorf("%d exchange spans in %d traces exported, want %d", len(spans), len(got), len(want))
+	}
+	for tid := range want {
+		if !got[tid] {
+			t.Errorf("trace %s not exported", tid)
+		}
+	}
+	st := x.Stats()
+	if st.Exchanges != fast || st.SampledDiagnosed != 2 || st.SampledRate != 1 || st.SampledSlow != 0 || st.DroppedSampling != fast-3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Diagnosed exchanges share the slow budget: a storm of them is bounded
+// and counted like one of slow exchanges.
+func TestSamplingDiagnosedWithinBudget(t *testing.T) {
+	c := otelcol.Start(t)
+	x := newExporter(t, c, otlp.Config{SlowThreshold: 30 * ms, SlowRatePerSecond: 2})
+	const n = 10
+	for i := range n {
+		e := responder(5, 6, uint32(200+i))
+		e.Diagnoses = []record.Diagnosis{{Name: "test", Severity: record.SeverityWarning}}
+		x.Exchange(e)
+	}
+	flushedSpans(t, c, x, 2)
+	if st := x.Stats(); st.SampledDiagnosed != 2 || st.SlowOverBudget != n-2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
 func TestSampling(t *testing.T) {
 	c := otelcol.Start(t)
 	x := newExporter(t, c, otlp.Config{SlowThreshold: 30 * ms, RatePerSecond: 0.001, Burst: 2})

@@ -9,14 +9,15 @@ import (
 )
 
 // sampler decides which exchanges become spans, in one place: every
-// exchange at least threshold long, within the slow budget, and a random
-// sample of the rest at a steady rate. It counts its decisions for Stats.
+// exchange at least threshold long or with a warning or critical
+// diagnosis, within the slow budget, and a random sample of the rest at a
+// steady rate. It counts its decisions for Stats.
 type sampler struct {
 	threshold time.Duration // negative: no exchange counts as slow
-	slow      bucket        // the budget of slow spans; rate <= 0: no bound
+	slow      bucket        // the budget of slow and diagnosed spans; rate <= 0: no bound
 	random    bucket        // the rate sample
 
-	sampledSlow, slowOverBudget, sampledRate, dropped atomic.Uint64
+	sampledSlow, sampledDiagnosed, slowOverBudget, sampledRate, dropped atomic.Uint64
 }
 
 func (s *sampler) init(cfg Config) {
@@ -25,17 +26,23 @@ func (s *sampler) init(cfg Config) {
 	s.random.init(cfg.RatePerSecond, cfg.Burst)
 }
 
-// sample tells whether e is exported as spans. A slow exchange beyond the
-// budget does not fall through to the rate sample: in a connection storm
-// every exchange is slow, and the budget is what bounds their spans.
+// sample tells whether e is exported as spans. A slow or diagnosed
+// exchange beyond the budget does not fall through to the rate sample: in
+// a connection storm every exchange is slow, and the budget is what
+// bounds their spans.
 func (s *sampler) sample(e *record.Exchange) bool {
+	slow := s.threshold >= 0 && e.Duration >= s.threshold
 	switch {
-	case s.threshold >= 0 && e.Duration >= s.threshold:
+	case slow || flagged(e):
 		if s.slow.rate > 0 && !s.slow.take(e.Time) {
 			s.slowOverBudget.Add(1)
 			return false
 		}
-		s.sampledSlow.Add(1)
+		if slow {
+			s.sampledSlow.Add(1)
+		} else {
+			s.sampledDiagnosed.Add(1)
+		}
 		return true
 	case s.random.take(e.Time):
 		s.sampledRate.Add(1)
@@ -44,6 +51,18 @@ func (s *sampler) sample(e *record.Exchange) bool {
 		s.dropped.Add(1)
 		return false
 	}
+}
+
+// flagged tells whether a diagnosis of e is a warning or worse: such an
+// exchange is kept however short, as a gateway's tail sampling keeps its
+// trace.
+func flagged(e *record.Exchange) bool {
+	for _, d := range e.Diagnoses {
+		if d.Severity.Rank() >= record.SeverityWarning.Rank() {
+			return true
+		}
+	}
+	return false
 }
 
 // bucket is a token bucket on the exchanges' own clock: reading the
