@@ -93,7 +93,7 @@ func (d *Daemon) serveHealth() {
 	p.Gauge("lattrace_flows_packed", "flows held packed: not updated since the most recently updated ones (--active-flows) were", func() float64 { return float64(d.agg.Stats().PackedFlows) })
 	p.Counter("lattrace_flows_pack_errors_total", "flows dropped because their packed state did not decode", func() float64 { return float64(d.agg.Stats().PackErrors) })
 	if x := d.otlp; x != nil {
-		p.Counter("lattrace_spans_dropped_queue_total", "sampled spans dropped: the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
+		p.Counter("lattrace_spans_dropped_queue_total", "sampled exchanges whose spans were dropped: the oldest waiting when the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
 		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow or diagnosed exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
 		p.Counter("lattrace_spans_sampled_diagnosed_total", "exchanges below --span-slow-threshold exported as spans for a warning or critical diagnosis", func() float64 { return float64(x.Stats().SampledDiagnosed) })
 		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })

@@ -49,7 +49,8 @@ type Config struct {
 	RatePerSecond float64
 	Burst         int
 
-	// MaxQueueSize bounds the spans waiting for export (default 8192).
+	// MaxQueueSize bounds the spans waiting for export (default 8192):
+	// when full, the oldest exchange's spans make room.
 	// When it is full, sampled exchanges are dropped whole and counted.
 	MaxQueueSize int
 	// BatchTimeout is the longest a span waits before a batch is sent

@@ -8,7 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// countingSpanExporter sits between the batch processor and the SDK's
+// countingSpanExporter sits between the span queue and the SDK's
 // exporter, where each batch's fate is known: it keeps the queue depth,
 // Stats' span counters and the failing flag that Sync reads.
 type countingSpanExporter struct {

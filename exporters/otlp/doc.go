@@ -3,8 +3,9 @@
 // sampled exchange (with a child span per stage of its timeline) and
 // metrics of every exchange (duration and component histograms, TCP
 // counters) per peer pair. Its Exporter is a record.Sink and never blocks
-// the reading goroutine: spans go through the SDK's BatchSpanProcessor
-// behind a bounded, counted queue, and metrics are counted in memory and
+// the reading goroutine: spans go through a bounded queue that batches
+// them, keeps each exchange's spans together and, when full, drops the
+// oldest exchange's (counted), and metrics are counted in memory and
 // collected by the SDK's readers (a PeriodicReader pushes them over OTLP).
 //
 // # Clocks
@@ -37,7 +38,8 @@
 //
 // Every exchange is recorded in the metrics. Spans are sampled in one place
 // (the sampler, asked by Exporter.Exchange): an exchange whose Duration is
-// at least Config.SlowThreshold is exported within a budget of
+// at least Config.SlowThreshold, or with a warning or critical diagnosis,
+// is exported within a budget of
 // Config.SlowRatePerSecond (a connection storm makes every exchange slow,
 // and a span per exchange then costs more than the tracing); the rest go
 // through a token bucket of Config.RatePerSecond (burst Config.Burst). The

@@ -31,8 +31,11 @@ type Exporter struct {
 	sampler sampler
 	syncs   syncState
 
-	// pending counts spans ended and not yet handed to the exporter: it
-	// bounds the batch processor's queue so that it never drops silently.
+	// queue batches the spans; spanMu keeps an exchange's spans together
+	// in it (spanQueue.begin).
+	queue  *spanQueue
+	spanMu sync.Mutex
+	// pending counts spans queued and not yet handed to the exporter.
 	pending atomic.Int64
 
 	exchanges, droppedQueue                                             atomic.Uint64
@@ -79,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	return x, nil
 }
 
-// startTraces builds the TracerProvider: a batch processor behind the
+// startTraces builds the TracerProvider: the span queue behind the
 // counting exporter, every span sampled (the sampler has decided before a
 // span starts), and lattrace's IDs.
 func (x *Exporter) startTraces(ctx context.Context, res *resource.Resource) error {
@@ -88,16 +91,12 @@ func (x *Exporter) startTraces(ctx context.Context, res *resource.Resource) erro
 	if err != nil {
 		return fmt.Errorf("otlp: trace exporter: %w", err)
 	}
-	bsp := sdktrace.NewBatchSpanProcessor(&countingSpanExporter{SpanExporter: exp, x: x},
-		// Margin above our own bound: the gate in spans keeps the queue
-		// below MaxQueueSize, so the SDK never drops uncounted.
-		sdktrace.WithMaxQueueSize(cfg.MaxQueueSize+64),
-		sdktrace.WithMaxExportBatchSize(cfg.MaxExportBatchSize),
-		sdktrace.WithBatchTimeout(cfg.BatchTimeout),
-		sdktrace.WithExportTimeout(cfg.ExportTimeout),
-	)
+	x.queue = newSpanQueue(&countingSpanExporter{SpanExporter: exp, x: x}, cfg, func(spans int) {
+		x.pending.Add(-int64(spans))
+		x.droppedQueue.Add(1)
+	})
 	x.tp = sdktrace.NewTracerProvider(
-		sdktrace.WithSpanProcessor(bsp),
+		sdktrace.WithSpanProcessor(x.queue),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
@@ -158,7 +157,7 @@ func (x *Exporter) ConnClose(c record.ConnClose) {
 	}
 }
 
-// Flush does nothing: the batch processor and the periodic reader batch.
+// Flush does nothing: the span queue and the periodic reader batch.
 func (x *Exporter) Flush() {}
 
 // ForceFlush exports what is queued and collects the metrics now.
@@ -199,8 +198,8 @@ type Stats struct {
 	SlowOverBudget   uint64 // slow or diagnosed, beyond SlowRatePerSecond: not exported
 	SampledRate      uint64 // exported by the rate sample
 	DroppedSampling  uint64 // not sampled
-	DroppedQueue     uint64 // sampled but dropped: the span queue was full
-	SpansQueued      uint64 // spans handed to the batch processor
+	DroppedQueue     uint64 // sampled, then dropped: the oldest waiting when the span queue was full
+	SpansQueued      uint64 // spans queued for export
 	SpansExported    uint64 // spans the receiver accepted
 	SpansFailed      uint64 // spans in failed exports (after retries)
 	ExportErrors     uint64 // failed span export calls

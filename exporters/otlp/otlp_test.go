@@ -458,6 +458,46 @@ func TestCollectorRestart(t *testing.T) {
 	}
 }
 
+// A full queue drops the oldest exchanges, each with all its spans: the
+// newest are exported whole.
+func TestFullQueueDropsOldest(t *testing.T) {
+	c := otelcol.Start(t)
+	// Ten exchanges of seven spans fit; nothing leaves before the flush.
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, MaxQueueSize: 70, BatchTimeout: time.Hour})
+	const n, fit = 25, 10
+	newest := map[string]bool{}
+	for i := range n {
+		e := requester(1, 2, uint32(1000+i))
+		if i >= n-fit {
+			tid, _, _ := otlp.TraceIDs(e)
+			newest[tid.String()] = true
+		}
+		x.Exchange(e)
+	}
+	if st := x.Stats(); st.DroppedQueue != n-fit || st.QueueDepth != 7*fit {
+		t.Errorf("before the flush: stats %+v, want %d dropped and %d spans queued", st, n-fit, 7*fit)
+	}
+	flushedSpans(t, c, x, fit)
+	perTrace := map[string]int{}
+	for _, sp := range c.Spans() {
+		perTrace[sp.TraceID]++
+	}
+	if len(perTrace) != fit {
+		t.Errorf("%d traces exported, want the newest %d", len(perTrace), fit)
+	}
+	for tid, k := range perTrace {
+		if !newest[tid] {
+			t.Errorf("trace %s exported: not among the newest %d", tid, fit)
+		}
+		if k != 7 {
+			t.Errorf("trace %s has %d spans, want its 7", tid, k)
+		}
+	}
+	if st := x.Stats(); st.SpansExported != 7*fit || st.QueueDepth != 0 {
+		t.Errorf("after the flush: stats %+v", st)
+	}
+}
+
 func TestExportErrorsCounted(t *testing.T) {
 	c := otelcol.Start(t)
 	c.Kill()

@@ -80,12 +80,14 @@ func (x *Exporter) spans(e *record.Exchange) {
 		return
 	}
 	st := stages(e)
-	n := int64(1 + len(st))
-	if x.pending.Add(n) > int64(x.cfg.MaxQueueSize) {
-		x.pending.Add(-n)
+	n := 1 + len(st)
+	x.spanMu.Lock()
+	defer x.spanMu.Unlock()
+	if !x.queue.begin(n) {
 		x.droppedQueue.Add(1)
 		return
 	}
+	x.pending.Add(int64(n))
 	x.spansQueued.Add(uint64(n))
 
 	off := x.clock.offset(e.Time)

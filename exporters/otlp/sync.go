@@ -10,7 +10,7 @@ import (
 
 // errBackendFailing: a sync does not wait for a backend whose last export
 // failed; its spans wait in the bounded queue (drops counted) and the
-// batch processor goes on retrying.
+// exporter goes on retrying.
 var errBackendFailing = errors.New("otlp: the backend's last export failed; spans wait in the queue")
 
 // errShutdown answers the syncs still waiting when the exporter shuts down.
