@@ -90,41 +90,12 @@ const (
 )
 
 type lattraceLtExchange struct {
-	_        structs.HostLayout
-	Hdr      lattraceLtHeader
-	Cookie   uint64
-	Flow     lattraceLtFlow
-	Owner    lattraceLtOwner
-	Progress struct {
-		_             structs.HostLayout
-		Role          uint32
-		Flags         uint32
-		ConnectNs     uint64
-		EstablishedNs uint64
-		W0            uint64
-		W1            uint64
-		X1            uint64
-		A1            uint64
-		R0            uint64
-		R1            uint64
-		D1            uint64
-		SegsIn        uint32
-		Rtos          uint32
-		LossOutNs     uint64
-		LossInNs      uint64
-		WaitCwndNs    uint64
-		WaitRwndNs    uint64
-		WaitSndbufNs  uint64
-		WaitOtherNs   uint64
-		WaitPacingNs  uint64
-		WriteGapsNs   uint64
-		IdleNs        uint64
-		AckRttUs      uint32
-		CwndStart     uint32
-		CwndEnd       uint32
-		RwndStart     uint32
-		Cong          [16]int8
-	}
+	_             structs.HostLayout
+	Hdr           lattraceLtHeader
+	Cookie        uint64
+	Flow          lattraceLtFlow
+	Owner         lattraceLtOwner
+	Progress      lattraceLtProgress
 	BytesOut      uint64
 	BytesIn       uint64
 	ConnRole      uint32
@@ -276,6 +247,37 @@ type lattraceLtOwner struct {
 	Comm     [16]int8
 }
 
+type lattraceLtProgress struct {
+	_             structs.HostLayout
+	Role          uint32
+	Flags         uint32
+	ConnectNs     uint64
+	EstablishedNs uint64
+	W0            uint64
+	W1            uint64
+	X1            uint64
+	A1            uint64
+	R0            uint64
+	R1            uint64
+	D1            uint64
+	SegsIn        uint32
+	Rtos          uint32
+	LossOutNs     uint64
+	LossInNs      uint64
+	WaitCwndNs    uint64
+	WaitRwndNs    uint64
+	WaitSndbufNs  uint64
+	WaitOtherNs   uint64
+	WaitPacingNs  uint64
+	WriteGapsNs   uint64
+	IdleNs        uint64
+	AckRttUs      uint32
+	CwndStart     uint32
+	CwndEnd       uint32
+	RwndStart     uint32
+	Cong          [16]int8
+}
+
 type lattraceLtRecordKind uint32
 
 const (
@@ -294,37 +296,8 @@ const (
 )
 
 type lattraceLtSock struct {
-	_   structs.HostLayout
-	Cur struct {
-		_             structs.HostLayout
-		Role          uint32
-		Flags         uint32
-		ConnectNs     uint64
-		EstablishedNs uint64
-		W0            uint64
-		W1            uint64
-		X1            uint64
-		A1            uint64
-		R0            uint64
-		R1            uint64
-		D1            uint64
-		SegsIn        uint32
-		Rtos          uint32
-		LossOutNs     uint64
-		LossInNs      uint64
-		WaitCwndNs    uint64
-		WaitRwndNs    uint64
-		WaitSndbufNs  uint64
-		WaitOtherNs   uint64
-		WaitPacingNs  uint64
-		WriteGapsNs   uint64
-		IdleNs        uint64
-		AckRttUs      uint32
-		CwndStart     uint32
-		CwndEnd       uint32
-		RwndStart     uint32
-		Cong          [16]int8
-	}
+	_              structs.HostLayout
+	Cur            lattraceLtProgress
 	Flow           lattraceLtFlow
 	Owner          lattraceLtOwner
 	SynNs          uint64
