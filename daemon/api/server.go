@@ -134,7 +134,8 @@ type snapshot struct {
 	// asks for it (moversOf).
 	movers     []aggregate.FlowStats
 	moversOnce sync.Once
-	// ins is the exchanges in progress as the tracer listed them.
+	// ins is the exchanges in progress, in the tracer's order; inflight
+	// points into it.
 	ins []record.InFlight
 }
 
@@ -144,9 +145,6 @@ func (sn *snapshot) moversOf() []aggregate.FlowStats {
 		sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
 		for i := range sn.ins {
 			in := &sn.ins[i]
-			if in.Start == 0 {
-				continue // nothing in progress
-			}
 			if j, ok := sn.recorded[in.Cookie]; ok {
 				sn.movers[j].Out.Bytes += in.BytesOut
 				sn.movers[j].In.Bytes += in.BytesIn
@@ -177,11 +175,10 @@ func (s *Server) snapshot() *snapshot {
 			sn.peerRates[st.Peer] += r
 		}
 	}
-	sn.ins = s.inflight()
+	// A socket with nothing in progress comes with a zero start.
+	sn.ins = slices.DeleteFunc(s.inflight(), func(in record.InFlight) bool { return in.Start == 0 })
 	for i := range sn.ins {
-		if in := &sn.ins[i]; in.Start != 0 { // else nothing in progress
-			sn.inflight[in.Cookie] = in
-		}
+		sn.inflight[sn.ins[i].Cookie] = &sn.ins[i]
 	}
 	return sn
 }
