@@ -36,6 +36,7 @@
 #include "counters.bpf.h"
 #include "path_rtt.bpf.h"
 #include "ringbuf.bpf.h"
+#include "send_wait.bpf.h"
 #include "sock_state.bpf.h"
 #include "tcp.bpf.h"
 
@@ -123,6 +124,7 @@ static __always_inline struct lt_h2_event *h2_event(struct lt_sock *st, __u32 ki
 	ev->stream = 0;
 	ev->type = 0;
 	ev->flags = 0;
+	ev->wait_cause = LT_WAIT_OTHER;
 	ev->_pad = 0;
 	ev->srtt_us = 0;
 	ev->min_rtt_us = 0;
@@ -485,7 +487,8 @@ static __always_inline void h2_write_begins(struct lt_sock *st, struct sock *sk,
 }
 
 /* A write call that accepted ret bytes returned on a followed connection:
- * they are the last ret bytes written. */
+ * they are the last ret bytes written. With what holds those it left
+ * unsent: the cause of the wait of the stream they end (daemon/streams). */
 static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, struct tcp_sock *tp, int ret)
 {
 	struct lt_h2_event *ev;
@@ -507,6 +510,8 @@ static __always_inline void h2_write_done(struct lt_sock *st, struct sock *sk, s
 	ev->end_seq = tp->write_seq;
 	ev->seq = ev->end_seq - ret;
 	ev->t0 = t0;
+	if (tp->write_seq != tp->snd_nxt)
+		ev->wait_cause = classify(sk, tp, now);
 	submit(ev, sizeof(*ev));
 }
 

@@ -40,6 +40,7 @@ const enum lt_h2_flag *unused_lt_h2_flag __attribute__((unused));
 const enum lt_h2_frame *unused_lt_h2_frame __attribute__((unused));
 const struct lt_h2_event *unused_lt_h2_event __attribute__((unused));
 const enum lt_h2_event_kind *unused_lt_h2_event_kind __attribute__((unused));
+const enum lt_wait_cause *unused_lt_wait_cause __attribute__((unused));
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")

@@ -127,12 +127,23 @@ enum lt_h2_flag {
 	LT_H2_UNSYNCED = 1 << 1, /* the framing was lost in a direction: the counts stop there */
 };
 
+/* What holds back a socket's unsent data (send_wait.bpf.h's classify()
+ * tests them in its order); LT_WAIT_OTHER is Nagle, cork or nothing
+ * measured. */
+enum lt_wait_cause {
+	LT_WAIT_OTHER = 0,
+	LT_WAIT_CWND = 1,
+	LT_WAIT_RWND = 2,
+	LT_WAIT_SNDBUF = 3,
+	LT_WAIT_PACING = 4,
+};
+
 /* Version of the record layouts below, in every record's header. Records
  * outlive the daemon that reads them (the ring buffer is pinned across
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 5,
+	LT_LAYOUT = 6,
 };
 
 struct lt_header {
@@ -253,7 +264,8 @@ struct lt_h2_event {
 	__u32 stream;    /* frame: its stream id */
 	__u8 type;       /* frame: enum lt_h2_frame */
 	__u8 flags;      /* frame: its flags (END_STREAM 0x1) */
-	__u16 _pad;
+	__u8 wait_cause; /* write: what holds the bytes it left unsent as it returns (enum lt_wait_cause) */
+	__u8 _pad;
 	/* Incoming HEADERS: the RTTs when it arrived (see lt_exchange). */
 	__u32 srtt_us, min_rtt_us, path_rtt_us, path_min_rtt_us;
 	__u32 isn_local, isn_remote;

@@ -12,15 +12,6 @@
 #include "sock_state.bpf.h"
 #include "tcp.bpf.h"
 
-/* Send-wait causes (classify() says in which order they are tested). */
-enum wait_cause {
-	WAIT_OTHER = 0,
-	WAIT_CWND,
-	WAIT_RWND,
-	WAIT_SNDBUF,
-	WAIT_PACING,
-};
-
 /* Does TCP itself hold this socket's skbs until their departure times,
  * one skb's length at the pacing rate apart? BBR asks for it, and so does
  * SO_MAX_PACING_RATE, when no fq qdisc does it instead (SK_PACING_FQ: fq
@@ -50,16 +41,16 @@ static __always_inline __u8 classify(struct sock *sk, struct tcp_sock *tp, __u64
 	bool pacing = tp->write_seq != tp->snd_nxt && tp->tcp_wstamp_ns > now;
 
 	if (after(tp->snd_nxt + tp->mss_cache, tp->snd_una + tp->snd_wnd))
-		return WAIT_RWND;
+		return LT_WAIT_RWND;
 	if (in_flight(tp) >= tp->snd_cwnd)
-		return WAIT_CWND;
+		return LT_WAIT_CWND;
 	if (pacing && rate_capped(sk))
-		return WAIT_PACING;
+		return LT_WAIT_PACING;
 	if (sk->sk_wmem_queued >= sk->sk_sndbuf)
-		return WAIT_SNDBUF;
+		return LT_WAIT_SNDBUF;
 	if (pacing)
-		return WAIT_PACING;
-	return WAIT_OTHER;
+		return LT_WAIT_PACING;
+	return LT_WAIT_OTHER;
 }
 
 #define TCP_NAGLE_OFF 1
@@ -107,16 +98,16 @@ static __always_inline void wait_account(struct lt_sock *st, __u64 now)
 		return;
 	dt = now - st->wait_last_ns;
 	switch (st->wait_cause) {
-	case WAIT_CWND:
+	case LT_WAIT_CWND:
 		st->cur.wait_cwnd_ns += dt;
 		break;
-	case WAIT_RWND:
+	case LT_WAIT_RWND:
 		st->cur.wait_rwnd_ns += dt;
 		break;
-	case WAIT_SNDBUF:
+	case LT_WAIT_SNDBUF:
 		st->cur.wait_sndbuf_ns += dt;
 		break;
-	case WAIT_PACING:
+	case LT_WAIT_PACING:
 		st->cur.wait_pacing_ns += dt;
 		break;
 	default:

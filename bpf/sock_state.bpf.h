@@ -52,7 +52,7 @@ struct lt_sock {
 	 * exchange before writing it, so it is written once (emit_exchange). */
 	__u32 gen, written_gen;
 	__u8 phase;
-	__u8 wait_cause;       /* enum wait_cause (send_wait.bpf.h) */
+	__u8 wait_cause;       /* enum lt_wait_cause */
 	__u8 last_in_len_zero; /* the last incoming segment was a pure ACK */
 	__u8 tstamp;           /* enum tstamp_state */
 	__u8 partial;          /* socket first seen after it was established */

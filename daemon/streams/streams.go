@@ -51,6 +51,19 @@ const (
 	FlagEndHeaders   = 0x4
 )
 
+// Cause is what held a write's unsent bytes as it returned (enum
+// lt_wait_cause).
+type Cause uint8
+
+// The causes, in the kernel's numbering.
+const (
+	CauseOther Cause = iota // Nagle, cork, or nothing held
+	CauseCwnd
+	CauseRwnd
+	CauseSndbuf
+	CausePacing
+)
+
 // Event is one event of a followed connection (struct lt_h2_event).
 type Event struct {
 	Kind     Kind
@@ -67,6 +80,8 @@ type Event struct {
 	Stream uint32
 	Type   uint8
 	Flags  uint8
+	// Held: a write's, what held the bytes it left unsent as it returned.
+	Held Cause
 	// RTTs as an incoming HEADERS arrived.
 	SRTT, MinRTT, PathRTT, PathMinRTT time.Duration
 	ISNLocal, ISNRemote               uint32
@@ -124,6 +139,7 @@ func New() *Assembler { return &Assembler{conns: map[uint64]*conn{}} }
 type write struct {
 	seq, end uint32
 	t0, t1   record.Mono
+	held     Cause
 }
 
 type rtts struct{ srtt, min, path, pathMin time.Duration }
@@ -174,6 +190,7 @@ type half struct {
 	last     record.Mono // out: when its latest bytes left the kernel or the app got control back; in: the latest frame's arrival
 	wlast    record.Mono // out: its latest write returned
 	x1       record.Mono // out: the last byte left; in: it arrived (r1)
+	held     Cause       // out: what held the bytes its last write left unsent
 	d1       record.Mono // in: the read that took it
 	gaps     time.Duration
 	flow     time.Duration // out: waits for the flow-control window
@@ -228,7 +245,7 @@ func (a *Assembler) Add(ev *Event, emit func(*record.Exchange)) {
 		if len(c.writes) == maxWrites {
 			c.writes = c.writes[1:]
 		}
-		c.writes = append(c.writes, write{seq: ev.Seq, end: ev.End, t0: ev.T0, t1: ev.T1})
+		c.writes = append(c.writes, write{seq: ev.Seq, end: ev.End, t0: ev.T0, t1: ev.T1, held: ev.Held})
 		a.place(c, emit)
 	case FrameIn:
 		c.isnL, c.isnR = ev.ISNLocal, ev.ISNRemote
@@ -334,9 +351,9 @@ func (a *Assembler) out(c *conn, ev *Event, first, last *write, emit func(*recor
 	if s == nil {
 		return
 	}
-	wt0, wt1 := ev.T0, ev.T1
+	wt0, wt1, held := ev.T0, ev.T1, CauseOther
 	if first != nil {
-		wt0, wt1 = first.t0, last.t1
+		wt0, wt1, held = first.t0, last.t1, last.held
 	}
 	h := &s.out
 	if !h.seen {
@@ -363,7 +380,7 @@ func (a *Assembler) out(c *conn, ev *Event, first, last *write, emit func(*recor
 	h.last = max(h.last, ev.T1, wt1)
 	h.wlast = max(h.wlast, wt1)
 	if h.take(s, ev) {
-		h.w1 = wt1
+		h.w1, h.held = wt1, held
 	}
 	a.finish(c, s, complete, emit)
 }
@@ -514,7 +531,7 @@ func (a *Assembler) exchange(c *conn, s *stream, e *record.Exchange) {
 		First:      s.first,
 		// A request and its answer: the turns of a plain exchange.
 		ExchangeTurns: 2,
-		Raw:           record.ExchangeRaw{WriteGaps: s.out.gaps, WaitFlowControl: s.out.flow},
+		Raw:           s.out.raw(),
 		Stream: &record.HTTP2Stream{
 			ID: s.id, DataOut: s.out.data, DataIn: s.in.data, Reset: s.reset, InGaps: s.in.gaps,
 		},
@@ -534,6 +551,33 @@ func (a *Assembler) exchange(c *conn, s *stream, e *record.Exchange) {
 	// A message without its answer: the connection closed first, or a
 	// server's push (which has no request on the stream).
 	e.Unanswered = !s.out.ended || !s.in.ended
+}
+
+// raw is what was measured of an outgoing message's wait: the pauses
+// between its writes, its waits for HTTP/2's flow-control window, and its
+// time in the kernel after its last write returned, charged to what held
+// the socket's unsent bytes then. The kernel's own accounting of causes
+// spans the connection, whose streams overlap; a message is one write or a
+// few, so the cause as the last one returns is its wait's.
+func (h *half) raw() record.ExchangeRaw {
+	r := record.ExchangeRaw{WriteGaps: h.gaps, WaitFlowControl: h.flow}
+	if h.x1 == 0 || h.w1 == 0 || h.x1 <= h.w1 {
+		return r
+	}
+	held := h.x1.Sub(h.w1)
+	switch h.held {
+	case CauseCwnd:
+		r.WaitCwnd = held
+	case CauseRwnd:
+		r.WaitRwnd = held
+	case CauseSndbuf:
+		r.WaitSndbuf = held
+	case CausePacing:
+		r.WaitPacing = held
+	default:
+		r.WaitOther = held
+	}
+	return r
 }
 
 // Expire writes what waited too long at now: frames whose write never

@@ -325,3 +325,33 @@ func TestHighSequenceNumbers(t *testing.T) {
 		t.Fatalf("%+v, %d unplaced", r.out, r.a.Stats.Unplaced.Load())
 	}
 }
+
+// An answer its write left unsent (a paced socket) leaves 5 ms after the
+// write returned: that time is the cause the write reported, and an
+// answer held by nothing measured (Nagle, cork) is other.
+func TestHeldAfterWrite(t *testing.T) {
+	for _, held := range []Cause{CausePacing, CauseCwnd, CauseOther} {
+		r := newRun()
+		w := written(900, 1000, 20*ms, 20*ms+1)
+		w.Held = held
+		evs := []Event{
+			frameIn(1, TypeHeaders, FlagEndStream, 100, 140, 1*ms),
+			read(140, 2*ms),
+			w,
+			frameOut(1, TypeHeaders, 0, 900, 950, 20*ms+1),
+			frameOut(1, TypeData, FlagEndStream, 950, 1000, 25*ms+1),
+		}
+		for i := range evs {
+			evs[i].ConnRole = record.RoleServer
+		}
+		r.add(evs...)
+		if len(r.out) != 1 {
+			t.Fatalf("%d exchanges, want 1", len(r.out))
+		}
+		raw := r.out[0].Raw
+		got := map[Cause]time.Duration{CausePacing: raw.WaitPacing, CauseCwnd: raw.WaitCwnd, CauseOther: raw.WaitOther}
+		if got[held] != 5*time.Millisecond || raw.WaitPacing+raw.WaitCwnd+raw.WaitOther+raw.WaitRwnd+raw.WaitSndbuf != 5*time.Millisecond {
+			t.Errorf("held by %d: raw %+v, want 5ms of that cause", held, raw)
+		}
+	}
+}

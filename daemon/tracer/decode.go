@@ -174,6 +174,7 @@ func h2Event(x *lattraceLtH2Event, ev *streams.Event, comms *names) {
 		Stream:     x.Stream,
 		Type:       x.Type,
 		Flags:      x.Flags,
+		Held:       streams.Cause(x.WaitCause),
 		SRTT:       usec(x.SrttUs),
 		MinRTT:     usec(x.MinRttUs),
 		PathRTT:    usec(x.PathRttUs),

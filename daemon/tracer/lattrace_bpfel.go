@@ -165,7 +165,8 @@ type lattraceLtH2Event struct {
 	Stream       uint32
 	Type         uint8
 	Flags        uint8
-	Pad          uint16
+	WaitCause    uint8
+	Pad          uint8
 	SrttUs       uint32
 	MinRttUs     uint32
 	PathRttUs    uint32
@@ -236,7 +237,7 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 5
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 6
 )
 
 type lattraceLtOwner struct {
@@ -333,6 +334,16 @@ type lattraceLtSock struct {
 	H2             uint32
 }
 
+type lattraceLtWaitCause uint32
+
+const (
+	lattraceLtWaitCauseLT_WAIT_OTHER  lattraceLtWaitCause = 0
+	lattraceLtWaitCauseLT_WAIT_CWND   lattraceLtWaitCause = 1
+	lattraceLtWaitCauseLT_WAIT_RWND   lattraceLtWaitCause = 2
+	lattraceLtWaitCauseLT_WAIT_SNDBUF lattraceLtWaitCause = 3
+	lattraceLtWaitCauseLT_WAIT_PACING lattraceLtWaitCause = 4
+)
+
 type lattracePathSlot struct {
 	_   structs.HostLayout
 	Key struct {
@@ -410,6 +421,7 @@ const (
 	lattraceVarUnusedLtLayout           = "unused_lt_layout"
 	lattraceVarUnusedLtRecordKind       = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole             = "unused_lt_role"
+	lattraceVarUnusedLtWaitCause        = "unused_lt_wait_cause"
 )
 
 // loadLattrace returns the embedded CollectionSpec for lattrace.
@@ -513,6 +525,7 @@ type lattraceVariableSpecs struct {
 	UnusedLtLayout       *ebpf.VariableSpec `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
+	UnusedLtWaitCause    *ebpf.VariableSpec `ebpf:"unused_lt_wait_cause"`
 }
 
 // lattraceObjects contains all objects after they have been loaded into the kernel.
@@ -574,6 +587,7 @@ type lattraceVariables struct {
 	UnusedLtLayout       *ebpf.Variable `ebpf:"unused_lt_layout"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
+	UnusedLtWaitCause    *ebpf.Variable `ebpf:"unused_lt_wait_cause"`
 }
 
 // lattracePrograms contains all programs after they have been loaded into the kernel.
