@@ -161,8 +161,8 @@ func TestSpansBothEnds(t *testing.T) {
 		t.Errorf("k8s names on a span whose ends have none: %v", rs.Attributes)
 	}
 	// The diagnosis: a list attribute to search by, an event with its words.
-	if d, _ := rq.Attributes["lattrace.diagnoses"].([]any); len(d) != 1 || d[0] != "loss" {
-		t.Errorf("lattrace.diagnoses = %v", rq.Attributes["lattrace.diagnoses"])
+	if d, _ := rq.Attributes["lattrace.diagnoses"].([]any); len(d) != 1 || d[0] != "loss" || rq.Attributes["lattrace.diagnosis.severity"] != "warning" {
+		t.Errorf("lattrace.diagnoses = %v, severity %v", rq.Attributes["lattrace.diagnoses"], rq.Attributes["lattrace.diagnosis.severity"])
 	}
 	if len(rq.Events) != 1 || rq.Events[0].Name != "lattrace.diagnosis" || rq.Events[0].Attributes["lattrace.diagnosis.name"] != "loss" ||
 		rq.Events[0].Attributes["lattrace.diagnosis.fix"] != "look for drops" || rq.Events[0].Attributes["lattrace.diagnosis.share"] != 0.25 {

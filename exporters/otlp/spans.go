@@ -231,10 +231,18 @@ func exchangeAttrs(e *record.Exchange) []attribute.KeyValue {
 	}
 	if len(e.Diagnoses) > 0 {
 		names := make([]string, len(e.Diagnoses))
+		worst := record.SeverityInfo
 		for i, d := range e.Diagnoses {
 			names[i] = string(d.Name)
+			if d.Severity.Rank() > worst.Rank() {
+				worst = d.Severity
+			}
 		}
-		kv = append(kv, attribute.StringSlice("lattrace.diagnoses", names))
+		// The worst severity as one string, which a gateway's tail
+		// sampling matches (string_attribute reads span attributes, not
+		// events).
+		kv = append(kv, attribute.StringSlice("lattrace.diagnoses", names),
+			attribute.String("lattrace.diagnosis.severity", string(worst)))
 	}
 	return kv
 }
