@@ -20,7 +20,7 @@ APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-clie
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol gateway kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -93,9 +93,10 @@ helm:
 		mkdir -p /var/cache/lattrace/bin && GOBIN=/var/cache/lattrace/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
 		touch /var/cache/lattrace/bin/.helm-$(HELM_VERSION); }
 
-# deploy/kubernetes/lattrace.yaml is the chart rendered with its defaults.
+# deploy/kubernetes/ holds the charts rendered with their defaults.
 manifests: helm
 	helm template lattrace deploy/helm/lattrace --namespace lattrace --set createNamespace=true > deploy/kubernetes/lattrace.yaml
+	helm template lattrace-gateway deploy/helm/lattrace-gateway --namespace lattrace-gateway --set createNamespace=true > deploy/kubernetes/lattrace-gateway.yaml
 
 # The container image (Dockerfile). Needs docker or podman; without one,
 # tests/e2e builds and starts the binary the image would ship.
@@ -117,6 +118,11 @@ lint:
 # Go module proxy and cached by the hash of its module (tests/otelcol).
 otelcol:
 	@tests/otelcol/build.sh >/dev/null
+
+# The fleet gateway's Collector (load balancing, tail sampling) for the
+# gateway chart's tests, built the same way (tests/gateway).
+gateway:
+	@tests/gateway/build.sh >/dev/null
 
 # A real kube-apiserver with an embedded etcd for the Kubernetes names tests,
 # built the same way (tests/kubeapi; cold: ~8 min on 2 cores).
@@ -141,7 +147,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser apps kernels mounts check-generate lint build otelcol kubeapi grpcapp helm $(GOTESTSUM)
+test: setup browser apps kernels mounts check-generate lint build otelcol gateway kubeapi grpcapp helm $(GOTESTSUM)
 	@rm -f bin/test-reruns.txt
 	@status=0; $(GOTESTSUM) --format standard-quiet --rerun-fails=1 --rerun-fails-max-failures=2 \
 		--rerun-fails-report bin/test-reruns.txt --packages ./... -- -count=1 -p 1 -timeout 20m || status=$$?; \
