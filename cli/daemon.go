@@ -102,6 +102,7 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&ox.Protocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)")
 	f.DurationVar(&ox.SlowThreshold, "span-slow-threshold", 100*time.Millisecond, "export a span for every exchange at least this slow, or with a warning or critical diagnosis, within --span-slow-rate (negative: no threshold)")
 	f.Float64Var(&ox.RatePerSecond, "span-rate", 10, "spans per second sampled at random from the other exchanges")
+	f.Float64Var(&ox.Ratio, "span-ratio", 1, "share of the other exchanges --span-rate samples from, chosen by each exchange's identity so that both ends' nodes choose alike (0 < r <= 1)")
 	f.Float64Var(&ox.SlowRatePerSecond, "span-slow-rate", otlp.DefaultSlowRate, "at most this many spans per second of slow or diagnosed exchanges (a connection storm makes every exchange slow); the rest are counted (negative: no bound)")
 	return cmd
 }

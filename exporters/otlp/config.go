@@ -48,6 +48,12 @@ type Config struct {
 	// max(1, RatePerSecond)).
 	RatePerSecond float64
 	Burst         int
+	// Ratio is the share of the other exchanges the rate sample draws
+	// from (default 1: all), chosen by the exchange's identity (the ISNs
+	// and the request's sequence number that its trace ID comes from), so
+	// that the nodes at both ends of a connection choose the same
+	// exchanges and a gateway gets both halves of each.
+	Ratio float64
 
 	// MaxQueueSize bounds the spans waiting for export (default 8192):
 	// when full, the oldest exchange's spans make room.
@@ -130,6 +136,9 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.SlowRatePerSecond) {
 		return fmt.Errorf("--span-slow-rate NaN: want a number of spans per second")
 	}
+	if !(c.Ratio > 0 && c.Ratio <= 1) {
+		return fmt.Errorf("--span-ratio %v: want more than 0 and at most 1 (--span-rate 0 samples none)", c.Ratio)
+	}
 	// The fields below have no flag: zero means the default, and a
 	// negative value is a mistake rather than a choice.
 	for _, f := range []struct {
@@ -185,6 +194,9 @@ func (c *Config) defaults() {
 	}
 	if c.Burst == 0 {
 		c.Burst = max(1, int(c.RatePerSecond))
+	}
+	if c.Ratio == 0 {
+		c.Ratio = 1
 	}
 	if c.SlowRatePerSecond == 0 {
 		c.SlowRatePerSecond = DefaultSlowRate

@@ -11,7 +11,7 @@ import (
 
 // flagDefaults is the Config the daemon's flags give when none is set.
 func flagDefaults() otlp.Config {
-	return otlp.Config{SlowThreshold: 100 * ms, RatePerSecond: 10, SlowRatePerSecond: otlp.DefaultSlowRate}
+	return otlp.Config{SlowThreshold: 100 * ms, RatePerSecond: 10, SlowRatePerSecond: otlp.DefaultSlowRate, Ratio: 1}
 }
 
 func TestValidate(t *testing.T) {
@@ -31,6 +31,10 @@ func TestValidate(t *testing.T) {
 		{"zero slow rate", func(c *otlp.Config) { c.SlowRatePerSecond = 0 }, "--span-slow-rate 0: want more than 0, or a negative value for no bound"},
 		{"NaN slow rate", func(c *otlp.Config) { c.SlowRatePerSecond = math.NaN() }, "--span-slow-rate NaN: want a number of spans per second"},
 		{"no slow rule", func(c *otlp.Config) { c.SlowThreshold = -1 }, ""},
+		{"a tenth by identity", func(c *otlp.Config) { c.Ratio = 0.1 }, ""},
+		{"zero ratio", func(c *otlp.Config) { c.Ratio = 0 }, "--span-ratio 0: want more than 0 and at most 1 (--span-rate 0 samples none)"},
+		{"ratio above 1", func(c *otlp.Config) { c.Ratio = 1.5 }, "--span-ratio 1.5: want more than 0 and at most 1 (--span-rate 0 samples none)"},
+		{"NaN ratio", func(c *otlp.Config) { c.Ratio = math.NaN() }, "--span-ratio NaN: want more than 0 and at most 1 (--span-rate 0 samples none)"},
 		{"negative queue", func(c *otlp.Config) { c.MaxQueueSize = -1 }, "MaxQueueSize -1 is negative (0 is the default)"},
 		{"negative burst", func(c *otlp.Config) { c.Burst = -2 }, "Burst -2 is negative (0 is the default)"},
 		{"negative batch timeout", func(c *otlp.Config) { c.BatchTimeout = -time.Second }, "BatchTimeout -1s is negative (0 is the default)"},

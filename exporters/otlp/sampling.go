@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,11 +12,16 @@ import (
 // sampler decides which exchanges become spans, in one place: every
 // exchange at least threshold long or with a warning or critical
 // diagnosis, within the slow budget, and a random sample of the rest at a
-// steady rate. It counts its decisions for Stats.
+// steady rate, drawn from the share Config.Ratio of them. It counts its
+// decisions for Stats.
 type sampler struct {
 	threshold time.Duration // negative: no exchange counts as slow
 	slow      bucket        // the budget of slow and diagnosed spans; rate <= 0: no bound
 	random    bucket        // the rate sample
+	// share: an exchange whose identity hashes below it is in the share
+	// the rate sample draws from; all: every exchange is.
+	share uint64
+	all   bool
 
 	sampledSlow, sampledDiagnosed, slowOverBudget, sampledRate, dropped atomic.Uint64
 }
@@ -24,6 +30,22 @@ func (s *sampler) init(cfg Config) {
 	s.threshold = cfg.SlowThreshold
 	s.slow.init(cfg.SlowRatePerSecond, max(1, int(cfg.SlowRatePerSecond)))
 	s.random.init(cfg.RatePerSecond, cfg.Burst)
+	s.all = cfg.Ratio >= 1
+	s.share = uint64(cfg.Ratio * (1 << 63) * 2)
+}
+
+// inShare tells whether e is in the share the rate sample draws from: by a
+// hash of what its trace ID is made of, so both ends of its connection
+// tell alike; an exchange without ISNs (no trace across nodes) by a coin.
+func (s *sampler) inShare(e *record.Exchange) bool {
+	if s.all {
+		return true
+	}
+	k, ok := exchangeKey(e)
+	if !ok {
+		return rand.Uint64() < s.share
+	}
+	return k.hash() < s.share
 }
 
 // sample tells whether e is exported as spans. A slow or diagnosed
@@ -44,7 +66,7 @@ func (s *sampler) sample(e *record.Exchange) bool {
 			s.sampledDiagnosed.Add(1)
 		}
 		return true
-	case s.random.take(e.Time):
+	case s.inShare(e) && s.random.take(e.Time):
 		s.sampledRate.Add(1)
 		return true
 	default:
