@@ -20,7 +20,7 @@ APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-clie
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol gateway kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test lint clean otelcol gateway jaeger prometheus kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -124,6 +124,14 @@ otelcol:
 gateway:
 	@tests/gateway/build.sh >/dev/null
 
+# Jaeger v2 and Prometheus 3 for the fleet gateway's test (tests/e2e
+# TestFleetGateway), built the same way (tests/jaeger, tests/prometheus;
+# cold: ~4 min each on 2 cores).
+jaeger:
+	@tests/jaeger/build.sh >/dev/null
+prometheus:
+	@tests/prometheus/build.sh >/dev/null
+
 # A real kube-apiserver with an embedded etcd for the Kubernetes names tests,
 # built the same way (tests/kubeapi; cold: ~8 min on 2 cores).
 kubeapi:
@@ -147,7 +155,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser apps kernels mounts check-generate lint build otelcol gateway kubeapi grpcapp helm $(GOTESTSUM)
+test: setup browser apps kernels mounts check-generate lint build otelcol gateway jaeger prometheus kubeapi grpcapp helm $(GOTESTSUM)
 	@rm -f bin/test-reruns.txt
 	@status=0; $(GOTESTSUM) --format standard-quiet --rerun-fails=1 --rerun-fails-max-failures=2 \
 		--rerun-fails-report bin/test-reruns.txt --packages ./... -- -count=1 -p 1 -timeout 20m || status=$$?; \

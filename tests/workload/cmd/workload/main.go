@@ -278,6 +278,8 @@ func clientCmd(stdout, stderr io.Writer) *cobra.Command {
 		req, resp, rcvbuf, sndbuf, chunk int64
 		mode, out                        string
 		nodelay                          bool
+		slowEvery                        int
+		slowThink                        time.Duration
 		tf                               tlsFlags
 	)
 	cmd := &cobra.Command{
@@ -290,6 +292,8 @@ func clientCmd(stdout, stderr io.Writer) *cobra.Command {
 	sizeFlag(cmd, &req, "req", 100, "request size in bytes, header included (min 40)")
 	sizeFlag(cmd, &resp, "resp", 0, "wanted response size in bytes, header included (min 40; 0: the server's --resp)")
 	f.DurationVar(&cfg.Think, "think", 0, "server think time to request (default: the server's --think)")
+	f.IntVar(&slowEvery, "slow-every", 0, "every this many exchanges (ids n, 2n, ...), ask for --slow-think instead (0: none)")
+	f.DurationVar(&slowThink, "slow-think", 0, "server think time of the --slow-every exchanges")
 	f.DurationVar(&cfg.Interval, "interval", 0, "time between exchange starts (0: back to back)")
 	f.IntVar(&cfg.Count, "count", 10, "number of exchanges (0: no limit)")
 	f.DurationVar(&cfg.Duration, "duration", 0, "stop starting exchanges after this long (0: no limit; with --count 0 too, run until interrupted)")
@@ -312,6 +316,16 @@ func clientCmd(stdout, stderr io.Writer) *cobra.Command {
 			cfg.Think = workload.ServerThink
 		} else if cfg.Think < 0 {
 			return fmt.Errorf("invalid think time %v: must not be negative", cfg.Think)
+		}
+		if slowEvery < 0 || slowThink < 0 || (slowEvery > 0) != (slowThink > 0) {
+			return fmt.Errorf("invalid --slow-every %d / --slow-think %v: give both, positive", slowEvery, slowThink)
+		}
+		if slowEvery > 0 {
+			cfg.PerExchange = func(id uint64, s *workload.ExchangeSpec) {
+				if id%uint64(slowEvery) == 0 {
+					s.Think = slowThink
+				}
+			}
 		}
 		m, err := workload.ParseMode(mode)
 		if err != nil {
