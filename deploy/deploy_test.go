@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/lattrace/lattrace/tests/gateway"
 )
 
 const (
@@ -24,18 +26,11 @@ const (
 // helm finds the helm binary `make helm` builds.
 func helm(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{os.Getenv("HELM"), "/var/cache/lattrace/bin/helm"} {
-		if p != "" {
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
+	p, err := gateway.Helm()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	t.Fatal("helm not found: `make helm` builds it from the Go module proxy into /var/cache/lattrace/bin")
-	return ""
+	return p
 }
 
 func run(t *testing.T, name string, args ...string) []byte {

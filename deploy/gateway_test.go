@@ -3,20 +3,18 @@ package deploy
 import (
 	"bytes"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lattrace/lattrace/tests/gateway"
+	"github.com/lattrace/lattrace/tests/testserver"
 )
 
 const (
@@ -56,10 +54,10 @@ func TestGatewayChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, set := range [][]string{nil, {"loadBalancer.resolver.static.hostnames={10.0.0.5:4317,10.0.0.6:4317}", "sampler.keepPercent=1"}} {
-		ports := freePorts(t, 3)
+		ports := testserver.FreePorts(t, 4)
 		health := ports[2]
 		objs, _ := decode(t, renderGateway(t, append(slices.Clone(set), fmt.Sprintf("ports.otlpGrpc=%d", ports[0]),
-			fmt.Sprintf("ports.otlpHttp=%d", ports[1]), fmt.Sprintf("ports.health=%d", health))...))
+			fmt.Sprintf("ports.otlpHttp=%d", ports[1]), fmt.Sprintf("ports.health=%d", health), fmt.Sprintf("ports.metrics=%d", ports[3]))...))
 		deployments := map[string]*appsv1.Deployment{}
 		services := map[string]*corev1.Service{}
 		configs := map[string]string{}
@@ -88,7 +86,11 @@ func TestGatewayChart(t *testing.T) {
 				t.Errorf("%v: the %s config is refused by the Collector: %v\n%s\n%s", set, tier, err, out, configs[name])
 				continue
 			}
-			startsHealthy(t, bin, path, health)
+			// Ready when its health check answers, or the test fails
+			// with its output.
+			col := testserver.Start(t, tier, filepath.Dir(path), bin, []string{"--config", "file:" + path}, nil,
+				testserver.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/", health)))
+			col.Kill()
 		}
 		if s := services["lattrace-gateway-sampler"]; s.Spec.ClusterIP != corev1.ClusterIPNone {
 			t.Errorf("sampler service cluster IP %q: the load balancer needs every pod's address (headless)", s.Spec.ClusterIP)
@@ -108,56 +110,6 @@ func TestGatewayChart(t *testing.T) {
 			}
 		}
 	}
-}
-
-// startsHealthy runs the Collector on config until its health_check
-// extension answers 200 on port health, or fails with its output.
-func startsHealthy(t *testing.T, bin, config string, health int) {
-	t.Helper()
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--config", "file:"+config)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-	url := fmt.Sprintf("http://127.0.0.1:%d/", health)
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Errorf("the Collector exited on %s: %v\n%s", config, err, out.String())
-			return
-		default:
-		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-	}
-	t.Errorf("the Collector on %s is not healthy after 20 s:\n%s", config, out.String())
-}
-
-// freePorts returns n TCP ports free on this machine now.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func checkCollector(t *testing.T, d *appsv1.Deployment, name string) {

@@ -301,13 +301,19 @@ func loopbackSends(t *testing.T, n int) string {
 // hook attached; the returned buffer collects its log.
 func startDaemon(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
+	return startNode(t, "node-e2e", args...)
+}
+
+// startNode is startDaemon as the daemon of node (its NODE_NAME).
+func startNode(t *testing.T, node string, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
 	if !slices.Contains(args, "--api-socket") {
 		// Not the node's default socket: a daemon running on this machine
 		// must not make the test fail, nor the test disturb it.
 		args = append(args, "--api-socket", filepath.Join(t.TempDir(), "api.sock"))
 	}
 	cmd := exec.Command(lattrace, args...)
-	cmd.Env = append(os.Environ(), "NODE_NAME=node-e2e")
+	cmd.Env = append(os.Environ(), "NODE_NAME="+node)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

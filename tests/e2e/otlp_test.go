@@ -118,6 +118,22 @@ func freeAddr(t *testing.T) string {
 // of that name, and moves it back.
 func inCgroup(t *testing.T, name string, fn func() string) string {
 	t.Helper()
+	dir, home := newCgroup(t, name)
+	move := func(to string) {
+		if err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0); err != nil {
+			t.Fatalf("moving into %s: %v", to, err)
+		}
+	}
+	move(dir)
+	defer move(home)
+	return fn()
+}
+
+// newCgroup makes a cgroup v2 directory of that name at the hierarchy's
+// root, removed when the test ends, and returns it with this process's own
+// cgroup.
+func newCgroup(t *testing.T, name string) (dir, home string) {
+	t.Helper()
 	mounts, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
 		t.Fatal(err)
@@ -132,25 +148,18 @@ func inCgroup(t *testing.T, name string, fn func() string) string {
 	if err != nil || root == "" {
 		t.Fatalf("no cgroup v2: %v", err)
 	}
-	home := root
+	home = root
 	for _, l := range strings.Split(string(self), "\n") {
 		if strings.HasPrefix(l, "0::") {
 			home = filepath.Join(root, strings.TrimPrefix(l, "0::"))
 		}
 	}
-	dir := filepath.Join(root, name)
+	dir = filepath.Join(root, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// Kept until the test ends: the daemon resolves the cgroup when it
-	// drains the record, after fn returns.
+	// drains the record, after the traffic.
 	t.Cleanup(func() { os.Remove(dir) })
-	move := func(to string) {
-		if err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0); err != nil {
-			t.Fatalf("moving into %s: %v", to, err)
-		}
-	}
-	move(dir)
-	defer move(home)
-	return fn()
+	return dir, home
 }

@@ -37,3 +37,14 @@ memory_limiter:
   limit_percentage: 80
   spike_limit_percentage: 20
 {{- end }}
+
+{{- define "gateway.telemetry" -}}
+metrics:
+  level: normal
+  readers:
+    - pull:
+        exporter:
+          prometheus:
+            host: 0.0.0.0
+            port: {{ .Values.ports.metrics }}
+{{- end }}
