@@ -95,7 +95,10 @@ func (d *Daemon) serveHealth() {
 	if x := d.otlp; x != nil {
 		p.Counter("lattrace_spans_dropped_queue_total", "sampled exchanges whose spans were dropped: the oldest waiting when the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
 		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow or diagnosed exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
+		p.Counter("lattrace_spans_sampled_slow_total", "exchanges exported as spans for being at or above --span-slow-threshold", func() float64 { return float64(x.Stats().SampledSlow) })
 		p.Counter("lattrace_spans_sampled_diagnosed_total", "exchanges below --span-slow-threshold exported as spans for a warning or critical diagnosis", func() float64 { return float64(x.Stats().SampledDiagnosed) })
+		p.Counter("lattrace_spans_sampled_rate_total", "exchanges exported as spans by the rate sample (--span-rate, --span-ratio)", func() float64 { return float64(x.Stats().SampledRate) })
+		p.Counter("lattrace_spans_exported_total", "spans the OTLP receiver accepted: this node's load on a collector or gateway", func() float64 { return float64(x.Stats().SpansExported) })
 		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })
 		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
 	}
