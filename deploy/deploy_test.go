@@ -186,19 +186,25 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, memlock bool) {
 	}
 }
 
-// TestManifestMatchesChart: kubernetes/lattrace.yaml is the chart rendered
-// with its defaults (make manifests), for those who apply plain YAML.
+// TestManifestMatchesChart: kubernetes/lattrace.yaml and
+// kubernetes/lattrace-gateway.yaml are the charts rendered with their
+// defaults (make manifests), for those who apply plain YAML.
 func TestManifestMatchesChart(t *testing.T) {
-	got, err := os.ReadFile(manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := render(t, "createNamespace=true"); !bytes.Equal(got, want) {
-		t.Errorf("%s is stale: run `make manifests` and commit it", manifest)
-	}
-	objs, _ := decode(t, got)
-	if objs[0].GetObjectKind().GroupVersionKind().Kind != "Namespace" {
-		t.Errorf("the manifest does not create its namespace first: kubectl apply would fail")
+	for _, m := range []struct {
+		path   string
+		render func(*testing.T, ...string) []byte
+	}{{manifest, render}, {gatewayManifest, renderGateway}} {
+		got, err := os.ReadFile(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := m.render(t, "createNamespace=true"); !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run `make manifests` and commit it", m.path)
+		}
+		objs, _ := decode(t, got)
+		if objs[0].GetObjectKind().GroupVersionKind().Kind != "Namespace" {
+			t.Errorf("%s does not create its namespace first: kubectl apply would fail", m.path)
+		}
 	}
 }
 
