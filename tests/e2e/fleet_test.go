@@ -31,7 +31,7 @@ const (
 	fleetSlowEvery    = 20 // 5 % of the requests...
 	fleetSlowThink    = 300 * time.Millisecond
 	fleetKeepPercent  = 10
-	fleetDecisionWait = 2 * time.Second
+	fleetDecisionWait = 3 * time.Second
 	fleetPort         = 7400
 )
 
@@ -98,7 +98,7 @@ func TestFleetGateway(t *testing.T) {
 		nodes[i] = node{name, cg, metrics, cmd, log}
 	}
 
-	// The workload: its server in node B, its client in node B's peer A,
+	// The workload: its server in node B, its client in node A,
 	// each started inside its node's cgroup.
 	wl := filepath.Join(t.TempDir(), "workload")
 	if out, err := exec.Command("go", "build", "-o", wl, "github.com/lattrace/lattrace/tests/workload/cmd/workload").CombinedOutput(); err != nil {
