@@ -296,9 +296,9 @@ func exchangeKey(e *record.Exchange) (key, bool) {
 	return key{e.ISNLocal, e.ISNRemote, e.OutSeq}, true
 }
 
-// hash mixes the key into 64 bits spread evenly (splitmix64's finalizer):
-// the sampler's share test, at a few ns where the trace ID's SHA-256 costs
-// a few hundred.
+// hash mixes the key into 64 bits spread evenly (splitmix64's finalizer)
+// for the sampler's share test, which runs on every exchange the rate
+// sample sees: the trace ID's SHA-256 is left to the exported ones.
 func (k key) hash() uint64 {
 	x := uint64(k.clientISN)<<32 | uint64(k.serverISN)
 	x ^= uint64(k.reqSeq) * 0x9e3779b97f4a7c15

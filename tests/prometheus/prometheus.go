@@ -50,7 +50,9 @@ func Start(tb testing.TB) *Prometheus {
 	return p
 }
 
-func (p *Prometheus) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", p.port, path) }
+func (p *Prometheus) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", p.port, path)
+}
 
 // OTLPEndpoint is the OTLP/HTTP base URL an exporter appends /v1/metrics to.
 func (p *Prometheus) OTLPEndpoint() string { return p.url("/api/v1/otlp") }

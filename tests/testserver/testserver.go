@@ -194,10 +194,14 @@ func FreePorts(tb testing.TB, n int) []int {
 	return ports
 }
 
+// probe bounds a readiness probe's request: a server that accepts and
+// never answers is not ready.
+var probe = &http.Client{Timeout: 2 * time.Second}
+
 // HTTPReady is a readiness probe: url answers 200.
 func HTTPReady(url string) func() error {
 	return func() error {
-		resp, err := http.Get(url)
+		resp, err := probe.Get(url)
 		if err != nil {
 			return err
 		}
