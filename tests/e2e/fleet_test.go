@@ -60,7 +60,8 @@ func TestFleetGateway(t *testing.T) {
 	}
 	type collector struct {
 		*testserver.Process
-		otlp, metrics int
+		otlp    int
+		metrics string // the Collector's own /metrics, "127.0.0.1:port"
 	}
 	var samplers, lbs [2]collector
 	var hostnames []string
@@ -68,14 +69,14 @@ func TestFleetGateway(t *testing.T) {
 		p := testserver.FreePorts(t, 4)
 		cfg := gateway.Configs(t, append(ports(p), "traces.endpoint="+jg.OTLPEndpoint(),
 			"sampler.decisionWait="+fleetDecisionWait.String(), fmt.Sprintf("sampler.keepPercent=%d", fleetKeepPercent))...)
-		samplers[i] = collector{gateway.Start(t, fmt.Sprintf("sampler-%d", i), cfg["lattrace-gateway-sampler"], p[2]), p[0], p[3]}
+		samplers[i] = collector{gateway.Start(t, fmt.Sprintf("sampler-%d", i), cfg["lattrace-gateway-sampler"], p[2]), p[0], fmt.Sprintf("127.0.0.1:%d", p[3])}
 		hostnames = append(hostnames, fmt.Sprintf("127.0.0.1:%d", p[0]))
 	}
 	for i := range lbs {
 		p := testserver.FreePorts(t, 4)
 		cfg := gateway.Configs(t, append(ports(p), "loadBalancer.resolver.static.hostnames={"+strings.Join(hostnames, ",")+"}",
 			"metrics.endpoint="+prom.OTLPEndpoint())...)
-		lbs[i] = collector{gateway.Start(t, fmt.Sprintf("loadbalancer-%d", i), cfg["lattrace-gateway-loadbalancer"], p[2]), p[0], p[3]}
+		lbs[i] = collector{gateway.Start(t, fmt.Sprintf("loadbalancer-%d", i), cfg["lattrace-gateway-loadbalancer"], p[2]), p[0], fmt.Sprintf("127.0.0.1:%d", p[3])}
 	}
 
 	// Two nodes: each a cgroup and a network namespace of the lab, a
@@ -392,15 +393,11 @@ func waitLine(t *testing.T, r io.Reader, want string) {
 
 var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)`)
 
-// scrape reads a Prometheus text page (a daemon's at addr "host:port", a
-// Collector's at a port) and sums each metric's samples over their labels.
-func scrape[A string | int](t *testing.T, at A) map[string]float64 {
+// scrape reads the Prometheus text page at addr ("host:port", a daemon's
+// or a Collector's) and sums each metric's samples over their labels.
+func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	url := fmt.Sprintf("http://%v/metrics", at)
-	if port, ok := any(at).(int); ok {
-		url = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	}
-	resp, err := http.Get(url)
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
