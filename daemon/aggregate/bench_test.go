@@ -18,7 +18,7 @@ func workload(n, flows, peers int) []*record.Exchange {
 		f := i % flows
 		o := owner(fmt.Sprintf("svc%d", f%peers), uint64(f%peers), uint32(f))
 		d := lognormal(r, 5*ms, 1)
-		ex := exch(fmt.Sprintf("10.0.%d.%d:%d", f/250, f%250, 30000+f), fmt.Sprintf("10.1.0.%d:443", f%peers),
+		ex := exch(fmt.Sprintf("10.%d.%d.%d:%d", f/62500, f/250%250, f%250, 30000+f%30000), fmt.Sprintf("10.1.0.%d:443", f%peers),
 			uint64(f+1), o, record.RoleClient, at(float64(i)/1e4), d)
 		// Spread the time over more components, keeping the sum.
 		ex.Components.SendWait = d / 20

@@ -33,9 +33,11 @@
 // happens in Expire, which the caller drives with the monotonic clock: the
 // package starts no goroutine and reads no clock, so tests replay time.
 // A peer pair's sketches are capped at Config.SketchBins bins (past that
-// the lowest quantiles degrade first, never the tail); a flow's sketches
-// allocate 32-bin pages only where values fall, so most flows cost a few
-// KB (docs/decisions.md, BenchmarkMemory). Only the Config.ActiveFlows most
+// the lowest quantiles degrade first, never the tail). A flow bins only its
+// duration and send wait, in 32-bin pages allocated where values fall; its
+// other components keep exact statistics, their distributions being the
+// pair's (flowSketches), so most flows cost a few KB (docs/decisions.md,
+// BenchmarkMemory). Only the Config.ActiveFlows most
 // recently updated flows are held so: every other one is packed into a few
 // hundred bytes (pack.go), listed like the others and unpacked, as it was,
 // by its next record. A node's connections are mostly idle at any moment,

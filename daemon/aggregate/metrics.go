@@ -306,7 +306,7 @@ func (m *metrics) addTiming(c *sketchCfg, t *timing, ex *record.Exchange) {
 			continue
 		}
 		s := &m.sk[k]
-		if !s.count(v) {
+		if !s.count(v) || !c.binned[k] {
 			row[k] = noBin
 			continue
 		}

@@ -3,7 +3,10 @@ package aggregate
 import (
 	"encoding/binary"
 	"errors"
+	"math"
+	"math/bits"
 	"net/netip"
+	"reflect"
 	"time"
 	"unsafe"
 
@@ -56,14 +59,20 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	w.str(f.owner.ContainerID)
 	w.str(string(f.connRole))
 	w.str(string(f.side))
-	pk := &f.peerKey
-	w.uint(uint64(pk.Netns))
-	w.str(pk.Comm)
-	w.uint(pk.CgroupID)
-	w.str(string(pk.Side))
-	w.uint(uint64(pk.LocalPort))
-	w.addr(pk.Remote)
-	w.uint(uint64(pk.RemotePort))
+	// The pair's key is the flow's and its owner's (attribute), but for
+	// a flow not attributed yet: one byte says which.
+	if pk := &f.peerKey; *pk == record.PeerKeyOf(f.key.Flow, f.side, &f.owner) {
+		w.uint(0)
+	} else {
+		w.uint(1)
+		w.uint(uint64(pk.Netns))
+		w.str(pk.Comm)
+		w.uint(pk.CgroupID)
+		w.str(string(pk.Side))
+		w.uint(uint64(pk.LocalPort))
+		w.addr(pk.Remote)
+		w.uint(uint64(pk.RemotePort))
+	}
 	w.uint(uint64(f.opened))
 	w.int(int64(f.connectLatency))
 	w.int(int64(f.handshakeRTT))
@@ -80,12 +89,10 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	}
 	w.uint(hasPrev)
 	w.str(f.m.cc)
-	w.zeroRuns(wordsOf(&f.m.sc))
-	var ex [numSketches]exactStats
+	w.zeroRuns(wordsOf(&f.m.sc), scalarFloats)
 	for i := range f.m.sk {
-		ex[i] = f.m.sk[i].exactStats
+		w.exact(&f.m.sk[i].exactStats)
 	}
-	w.zeroRuns(wordsOf(&ex))
 	for i := range f.m.sk {
 		st := f.m.sk[i].st
 		if st == nil || st.IsEmpty() {
@@ -138,9 +145,13 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	}
 	f.connRole = record.Role(r.str())
 	f.side = record.Role(r.str())
-	f.peerKey = record.PeerKey{
-		Netns: uint32(r.uint()), Comm: r.str(), CgroupID: r.uint(), Side: record.Role(r.str()),
-		LocalPort: uint16(r.uint()), Remote: r.addr(), RemotePort: uint16(r.uint()),
+	if r.uint() == 0 {
+		f.peerKey = record.PeerKeyOf(f.key.Flow, f.side, &f.owner)
+	} else {
+		f.peerKey = record.PeerKey{
+			Netns: uint32(r.uint()), Comm: r.str(), CgroupID: r.uint(), Side: record.Role(r.str()),
+			LocalPort: uint16(r.uint()), Remote: r.addr(), RemotePort: uint16(r.uint()),
+		}
 	}
 	f.opened = record.Mono(r.uint())
 	f.connectLatency = time.Duration(r.int())
@@ -148,12 +159,12 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	f.burst = burst{turns: uint32(r.uint()), exchanges: uint32(r.uint())}
 	f.rate = rateWindow{cur: r.uint(), prev: r.uint(), curAt: record.Mono(r.uint()), prevAt: record.Mono(r.uint()), hasPrev: r.uint() == 1}
 	f.m.cc = r.str()
-	r.zeroRuns(wordsOf(&f.m.sc))
-	var ex [numSketches]exactStats
-	r.zeroRuns(wordsOf(&ex))
+	r.zeroRuns(wordsOf(&f.m.sc), scalarFloats)
+	for i := range f.m.sk {
+		f.m.sk[i].exactStats = r.exact()
+	}
 	for i := range f.m.sk {
 		s := &f.m.sk[i]
-		s.exactStats = ex[i]
 		n := r.uint()
 		if n == 0 || r.err != nil {
 			continue
@@ -188,11 +199,60 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	return r.err
 }
 
-// wordsOf is v's memory as 64-bit words. Only for the types packing
-// stores as memory (scalars, exactStats), which hold no pointer and are
-// whole words long (TestPackedTypesHoldNoPointer).
-func wordsOf[T scalars | [numSketches]exactStats](v *T) []uint64 {
+// wordsOf is v's memory as 64-bit words. Only for the type packing
+// stores as memory (scalars), which holds no pointer and is whole words
+// long (TestPackedTypesHoldNoPointer).
+func wordsOf[T scalars](v *T) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(v)), unsafe.Sizeof(*v)/8)
+}
+
+// scalarFloats marks the words of scalars that hold a float64, which
+// packing stores as floats (packer.float).
+var scalarFloats = floatWords(reflect.TypeFor[scalars]())
+
+// float appends a float64 by its bits. The sums lattrace keeps are whole
+// nanoseconds: such a value is stored as its integer (doubled, so the
+// first uvarint is even), any other as 1 and its bits byte-reversed, a
+// short uvarint too when the low mantissa bytes are zero.
+func (w *packer) float(b uint64) {
+	if f := math.Float64frombits(b); b>>63 == 0 && f < 1<<53 && f == math.Trunc(f) {
+		w.uint(uint64(f) << 1)
+		return
+	}
+	w.uint(1)
+	w.uint(bits.ReverseBytes64(b))
+}
+
+func (r *unpacker) float() uint64 {
+	switch v := r.uint(); {
+	case v&1 == 0:
+		return math.Float64bits(float64(v >> 1))
+	case v == 1:
+		return bits.ReverseBytes64(r.uint())
+	}
+	r.fail()
+	return 0
+}
+
+func floatWords(t reflect.Type) []bool {
+	out := make([]bool, t.Size()/8)
+	var walk func(t reflect.Type, off uintptr)
+	walk = func(t reflect.Type, off uintptr) {
+		switch t.Kind() {
+		case reflect.Float64:
+			out[off/8] = true
+		case reflect.Struct:
+			for i := range t.NumField() {
+				walk(t.Field(i).Type, off+t.Field(i).Offset)
+			}
+		case reflect.Array:
+			for i := range t.Len() {
+				walk(t.Elem(), off+uintptr(i)*t.Elem().Size())
+			}
+		}
+	}
+	walk(t, 0)
+	return out
 }
 
 // packer appends varints, strings and zero-run-encoded memory.
@@ -221,25 +281,46 @@ func (w *packer) key(k record.FlowKey) {
 }
 
 // zeroRuns appends words as runs: how many zero words, how many nonzero
-// ones, and those as uvarints. A flow's statistics are mostly zero and
-// their counts and durations small numbers.
-func (w *packer) zeroRuns(words []uint64) {
-	for len(words) > 0 {
+// ones, and those as uvarints, or floats where floats says so.
+// A flow's statistics are mostly zero and their counts and durations small
+// numbers.
+func (w *packer) zeroRuns(words []uint64, floats []bool) {
+	for i := 0; i < len(words); {
 		z := 0
-		for z < len(words) && words[z] == 0 {
+		for i+z < len(words) && words[i+z] == 0 {
 			z++
 		}
-		words = words[z:]
+		i += z
 		l := 0
-		for l < len(words) && words[l] != 0 {
+		for i+l < len(words) && words[i+l] != 0 {
 			l++
 		}
 		w.uint(uint64(z))
 		w.uint(uint64(l))
-		for _, v := range words[:l] {
-			w.uint(v)
+		for ; l > 0; l, i = l-1, i+1 {
+			if floats[i] {
+				w.float(words[i])
+			} else {
+				w.uint(words[i])
+			}
 		}
-		words = words[l:]
+	}
+}
+
+// exact appends a sketch's exact statistics. Its zeros move none of the
+// others (sketch.count), and one positive value is its own sum, min and
+// max: most packed flows' sketches hold one value or none (a connection
+// per request).
+func (w *packer) exact(e *exactStats) {
+	w.uint(e.n)
+	w.uint(e.zeros)
+	if e.n == e.zeros {
+		return
+	}
+	w.uint(uint64(e.max))
+	w.uint(uint64(e.max - e.minPos))
+	if e.n-e.zeros > 1 {
+		w.float(math.Float64bits(e.sum))
 	}
 }
 
@@ -310,19 +391,38 @@ func (r *unpacker) key() record.FlowKey {
 	return k
 }
 
+func (r *unpacker) exact() exactStats {
+	e := exactStats{n: r.uint(), zeros: r.uint()}
+	switch {
+	case e.zeros > e.n:
+		r.fail()
+	case e.n > e.zeros:
+		e.max = time.Duration(r.uint())
+		e.minPos = e.max - time.Duration(r.uint())
+		e.sum = float64(e.max)
+		if e.n-e.zeros > 1 {
+			e.sum = math.Float64frombits(r.float())
+		}
+	}
+	return e
+}
+
 // zeroRuns fills dst, which must come out exactly full.
-func (r *unpacker) zeroRuns(dst []uint64) {
+func (r *unpacker) zeroRuns(dst []uint64, floats []bool) {
 	clear(dst)
-	for len(dst) > 0 && r.err == nil {
+	for i := 0; i < len(dst) && r.err == nil; {
 		z, l := r.uint(), r.uint()
-		if z > uint64(len(dst)) || l > uint64(len(dst))-z {
+		if z > uint64(len(dst)-i) || l > uint64(len(dst)-i)-z {
 			r.fail()
 			return
 		}
-		dst = dst[z:]
-		for i := range l {
-			dst[i] = r.uint()
+		i += int(z)
+		for ; l > 0; l, i = l-1, i+1 {
+			if floats[i] {
+				dst[i] = r.float()
+			} else {
+				dst[i] = r.uint()
+			}
 		}
-		dst = dst[l:]
 	}
 }

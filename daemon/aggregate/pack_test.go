@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // Packing stores these as their memory: a pointer there would be stored
 // as an address and come back dangling.
 func TestPackedTypesHoldNoPointer(t *testing.T) {
-	for _, v := range []any{scalars{}, [numSketches]exactStats{}} {
+	for _, v := range []any{scalars{}} {
 		if p := pointerIn(reflect.TypeOf(v)); p != "" {
 			t.Errorf("%T holds a %s", v, p)
 		}
@@ -240,5 +241,24 @@ func TestValidateBounds(t *testing.T) {
 		if err := c.Validate(); err == nil || err.Error() != want {
 			t.Errorf("%+v: %v, want %q", c, err, want)
 		}
+	}
+}
+
+// A float comes back with its exact bits, whole nanoseconds in a few
+// bytes and anything else at all.
+func TestPackFloat(t *testing.T) {
+	for _, f := range []float64{1, 3150223, 1<<53 - 1, 1 << 53, 1e300, 0.5, -3, math.Copysign(0, -1), math.Inf(1), math.NaN(), 12.6e6} {
+		var w packer
+		w.float(math.Float64bits(f))
+		r := unpacker{b: w.b}
+		if got := r.float(); got != math.Float64bits(f) || r.err != nil || len(r.b) != 0 {
+			t.Errorf("%v: got %v (%v)", f, math.Float64frombits(got), r.err)
+		}
+		if f == 3150223 && len(w.b) > 4 {
+			t.Errorf("%v took %d bytes", f, len(w.b))
+		}
+	}
+	if r := (unpacker{b: []byte{3}}); r.float() != 0 || r.err == nil {
+		t.Error("an odd tag other than 1 was taken")
 	}
 }

@@ -24,11 +24,14 @@ type Summary struct {
 	// component happened at all.
 	Nonzero uint64        `json:"nonzero"`
 	Min     time.Duration `json:"min_ns"`
-	P50     time.Duration `json:"p50_ns"`
-	P90     time.Duration `json:"p90_ns"`
-	P99     time.Duration `json:"p99_ns"`
-	Max     time.Duration `json:"max_ns"`
-	Mean    time.Duration `json:"mean_ns"`
+	// The quantiles are zero, and left out of JSON, where no
+	// distribution is kept: a flow's components and path RTT other than
+	// its send wait (flowSketches); their peer pair has them.
+	P50  time.Duration `json:"p50_ns,omitempty"`
+	P90  time.Duration `json:"p90_ns,omitempty"`
+	P99  time.Duration `json:"p99_ns,omitempty"`
+	Max  time.Duration `json:"max_ns"`
+	Mean time.Duration `json:"mean_ns"`
 }
 
 // sketch is a DDSketch specialised for non-negative durations: the
@@ -44,8 +47,7 @@ type sketch struct {
 	st store.Store // nil until the first positive value
 }
 
-// exactStats is a sketch's exact statistics. It holds no pointer, so a packed
-// flow stores it as its bytes (pack.go).
+// exactStats is a sketch's exact statistics.
 type exactStats struct {
 	n      uint64
 	zeros  uint64
@@ -58,6 +60,9 @@ type exactStats struct {
 type sketchCfg struct {
 	m        mapping.IndexMapping
 	newStore func() store.Store
+	// binned says which of a metrics' sketches keep a store, and so
+	// quantiles; the others keep only their exact statistics.
+	binned [numSketches]bool
 }
 
 func newMapping(relAcc float64) mapping.IndexMapping {
@@ -73,20 +78,35 @@ func newMapping(relAcc float64) mapping.IndexMapping {
 	return m
 }
 
-// flowSketches store flows' values in pages of 32 bins allocated where
-// values fall, behind a small buffer: most flows are short (one exchange
-// for a connection per request) or narrow, and a dense store would
-// allocate at least 64 bins per component for them.
+// flowSketches bin only a flow's duration and send wait: the live views
+// show the duration's quantiles per connection, and the diagnoses ask
+// whether the typical exchange waited to be sent. The components' and the
+// path RTT's distributions are the peer pair's, where the connections of
+// one conversation meet; a flow keeps their exact count, min, max and
+// mean. Updating eleven stores per exchange per flow was the largest part
+// of the daemon's work, and a node's many idle flows held them all.
+//
+// The stores keep pages of 32 bins allocated where values fall, behind a
+// small buffer: most flows are short (one exchange for a connection per
+// request) or narrow, and a dense store would allocate at least 64 bins
+// for them.
 func flowSketches(m mapping.IndexMapping) sketchCfg {
-	return sketchCfg{m: m, newStore: func() store.Store { return store.NewBufferedPaginatedStore() }}
+	c := sketchCfg{m: m, newStore: func() store.Store { return store.NewBufferedPaginatedStore() }}
+	c.binned[skDuration], c.binned[skSendWait] = true, true
+	return c
 }
 
-// peerSketches use a dense store whose lowest bins collapse past maxBins:
-// pairs are few, long-lived and see every exchange, so the store that is
-// fastest to update and has a hard size bound fits them. With the default
-// bound the collapse starts only when the values span eight decades.
+// peerSketches bin every sketch, in a dense store whose lowest bins
+// collapse past maxBins: pairs are few, long-lived and see every exchange,
+// so the store that is fastest to update and has a hard size bound fits
+// them. With the default bound the collapse starts only when the values
+// span eight decades.
 func peerSketches(m mapping.IndexMapping, maxBins int) sketchCfg {
-	return sketchCfg{m: m, newStore: func() store.Store { return store.NewCollapsingLowestDenseStore(maxBins) }}
+	c := sketchCfg{m: m, newStore: func() store.Store { return store.NewCollapsingLowestDenseStore(maxBins) }}
+	for k := range c.binned {
+		c.binned[k] = true
+	}
+	return c
 }
 
 func (s *sketch) add(c *sketchCfg, v time.Duration) {

@@ -152,7 +152,8 @@ func testSketchEdges(t *testing.T, c sketchCfg) {
 }
 
 // The same guarantee end to end: a flow fed a known distribution reports
-// its quantiles per component.
+// its duration's quantiles and its components' exact statistics, and its
+// pair the quantiles of every component.
 func TestFlowQuantilesMatchDistribution(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	a := New(Config{})
@@ -171,12 +172,35 @@ func TestFlowQuantilesMatchDistribution(t *testing.T) {
 		t.Fatal("flow missing")
 	}
 	checkSummary(t, "duration", f.Duration, durs)
-	checkSummary(t, "network", f.Components.Network, nets)
-	checkSummary(t, "peer", f.Components.Peer, peers)
-	checkSummary(t, "path rtt", f.RTT.Path, nets)
+	for _, c := range []struct {
+		name string
+		s    Summary
+		v    []time.Duration
+	}{{"network", f.Components.Network, nets}, {"peer", f.Components.Peer, peers}, {"path rtt", f.RTT.Path, nets}} {
+		x := exactOf(c.v)
+		if c.s.Count != x.Count || c.s.Min != x.Min || c.s.Max != x.Max || absDur(c.s.Mean-x.Mean) > time.Microsecond || c.s.P50 != 0 || c.s.P99 != 0 {
+			t.Errorf("flow's %s %+v, want the exact %+v and no quantiles", c.name, c.s, x)
+		}
+	}
 	if f.Components.Think.Count != 20000 || f.Components.Think.Nonzero != 0 {
 		t.Errorf("think %+v", f.Components.Think)
 	}
 	p := a.Peers()[0]
-	checkSummary(t, "peer duration", p.Duration, durs)
+	checkSummary(t, "pair's duration", p.Duration, durs)
+	checkSummary(t, "pair's network", p.Components.Network, nets)
+	checkSummary(t, "pair's peer", p.Components.Peer, peers)
+	checkSummary(t, "pair's path rtt", p.RTT.Path, nets)
 }
+
+// exactOf is the exact count, min, max and mean of v.
+func exactOf(v []time.Duration) Summary {
+	s := Summary{Count: uint64(len(v)), Min: slices.Min(v), Max: slices.Max(v)}
+	var sum float64
+	for _, d := range v {
+		sum += float64(d)
+	}
+	s.Mean = time.Duration(math.Round(sum / float64(len(v))))
+	return s
+}
+
+func absDur(d time.Duration) time.Duration { return max(d, -d) }

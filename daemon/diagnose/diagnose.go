@@ -281,7 +281,7 @@ func bufferbloat(f *facts) (record.Diagnosis, bool) {
 			pct(s), dur(c.Network), dur(c.Propagation)),
 		Evidence: []record.Evidence{
 			msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
-			msEv("path_rtt_p50", m.RTT.Path.P50), msEv("path_rtt_p99", m.RTT.Path.P99),
+			tailEv("path_rtt", m.RTT.Path),
 		},
 		Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
 	}, true
@@ -389,7 +389,7 @@ func peerThink(f *facts) (record.Diagnosis, bool) {
 	return record.Diagnosis{
 		Name: PeerThink, Severity: record.SeverityInfo, Share: s,
 		Summary:  fmt.Sprintf("%s of the latency is the peer's own time to answer (%s per exchange); the network takes %s", pct(s), dur(c.Peer), dur(c.Network)),
-		Evidence: []record.Evidence{msEv("peer_mean", c.Peer), msEv("peer_p99", m.Components.Peer.P99), msEv("network_mean", c.Network)},
+		Evidence: []record.Evidence{msEv("peer_mean", c.Peer), tailEv("peer", m.Components.Peer), msEv("network_mean", c.Network)},
 		Fix:      "look at the peer application (its profile, its own dependencies); moving it closer would save only the network part",
 	}, true
 }
@@ -406,7 +406,7 @@ func localRead(f *facts) (record.Diagnosis, bool) {
 	return record.Diagnosis{
 		Name: LocalRead, Severity: severity(s), Share: s,
 		Summary:  fmt.Sprintf("%s of the latency is data that had arrived waiting for this application to read it (%s per exchange)", pct(s), dur(c.LocalRead)),
-		Evidence: []record.Evidence{msEv("local_read_mean", c.LocalRead), msEv("local_read_p99", m.Components.LocalRead.P99)},
+		Evidence: []record.Evidence{msEv("local_read_mean", c.LocalRead), tailEv("local_read", m.Components.LocalRead)},
 		Fix:      "this process reads late: look at its event loop, thread pool or CPU limits",
 	}, true
 }
@@ -422,7 +422,7 @@ func localThink(f *facts) (record.Diagnosis, bool) {
 	return record.Diagnosis{
 		Name: LocalThink, Severity: record.SeverityInfo, Share: s,
 		Summary:  fmt.Sprintf("%s of the latency is this service's own processing (%s per request); the network takes %s", pct(s), dur(c.Think), dur(c.Network)),
-		Evidence: []record.Evidence{msEv("think_mean", c.Think), msEv("think_p99", m.Components.Think.P99)},
+		Evidence: []record.Evidence{msEv("think_mean", c.Think), tailEv("think", m.Components.Think)},
 		Fix:      "profile this service: the time is spent between reading the request and writing the response",
 	}, true
 }
@@ -671,6 +671,16 @@ func countOf(n uint64, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// tailEv is the tail of a distribution as evidence: its p99 where one is
+// kept (a peer pair), else its exact max (a flow's component: the
+// distribution is the pair's).
+func tailEv(name string, s aggregate.Summary) record.Evidence {
+	if s.P99 > 0 {
+		return msEv(name+"_p99", s.P99)
+	}
+	return msEv(name+"_max", s.Max)
 }
 
 func msEv(name string, d time.Duration) record.Evidence {
