@@ -51,8 +51,8 @@ const (
 
 // pendCap is how many exchanges a metrics holds before folding them into
 // its sketches' stores. Each store is its own heap object; updating the
-// ~11 of a flow and the ~11 of its peer pair on every exchange is a string
-// of cache misses once there are more than a few hundred keys. An exchange
+// two of a flow and the eleven of its peer pair on every exchange is a
+// string of cache misses once there are more than a few hundred keys. An exchange
 // updates the sketches' exact statistics at once and writes one row of
 // bin indices here; folding 32 rows at a time walks each store while it is
 // hot (docs/decisions.md has the measurement). Snapshots fold what is
@@ -119,6 +119,9 @@ func (m *metrics) reset() {
 // sketch.
 func (m *metrics) fold(c *sketchCfg) {
 	for k := range m.sk {
+		if !c.binned[k] {
+			continue
+		}
 		s := &m.sk[k]
 		for i := range m.npend {
 			if b := m.pend[i][k]; b != noBin {
@@ -402,8 +405,9 @@ func (m *Metrics) Timed() uint64 {
 	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes - m.Unfinished
 }
 
-// ComponentSummaries has one distribution per latency component of
-// docs/latency-model.md.
+// ComponentSummaries has one summary per latency component of
+// docs/latency-model.md: a distribution for a peer pair, and for a flow
+// its send wait's (the others are exact statistics, Summary.NoDistribution).
 type ComponentSummaries struct {
 	Network      Summary `json:"network"`
 	Queueing     Summary `json:"queueing"`
@@ -423,7 +427,8 @@ type RTT struct {
 	Min time.Duration `json:"min_ns"`
 	// SRTTLast is the kernel's smoothed RTT at the last exchange.
 	SRTTLast time.Duration `json:"srtt_last_ns"`
-	// Path is the distribution of the clean path RTT per exchange.
+	// Path summarizes the clean path RTT per exchange: its distribution
+	// for a peer pair, exact statistics for a flow.
 	Path Summary `json:"path"`
 }
 
@@ -490,6 +495,14 @@ func goodput(bytes uint64, active float64) float64 {
 	return float64(bytes) / (active / float64(time.Second))
 }
 
+// summary is sketch k's Summary, which says when the table keeps no
+// distribution of it.
+func (m *metrics) summary(c *sketchCfg, k int) Summary {
+	s := m.sk[k].summary(c)
+	s.NoDistribution = !c.binned[k]
+	return s
+}
+
 // snapshot summarizes m; it folds pending values, so it needs the same
 // lock as add.
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
@@ -509,17 +522,17 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		FirstSeen:   sc.firstSeen,
 		LastSeen:    sc.lastSeen,
 		Active:      time.Duration(math.Round(sc.active)),
-		Duration:    m.sk[skDuration].summary(c),
+		Duration:    m.summary(c, skDuration),
 		Components: ComponentSummaries{
-			Network:      m.sk[skNetwork].summary(c),
-			Queueing:     m.sk[skQueueing].summary(c),
-			SendWait:     m.sk[skSendWait].summary(c),
-			LossRecovery: m.sk[skLossRecovery].summary(c),
-			Handshake:    m.sk[skHandshake].summary(c),
-			Receive:      m.sk[skReceive].summary(c),
-			Peer:         m.sk[skPeer].summary(c),
-			LocalRead:    m.sk[skLocalRead].summary(c),
-			Think:        m.sk[skThink].summary(c),
+			Network:      m.summary(c, skNetwork),
+			Queueing:     m.summary(c, skQueueing),
+			SendWait:     m.summary(c, skSendWait),
+			LossRecovery: m.summary(c, skLossRecovery),
+			Handshake:    m.summary(c, skHandshake),
+			Receive:      m.summary(c, skReceive),
+			Peer:         m.summary(c, skPeer),
+			LocalRead:    m.summary(c, skLocalRead),
+			Think:        m.summary(c, skThink),
 		},
 		ComponentMeans: record.Components{
 			Network:             meanDur(cs[csNetwork], n),
@@ -542,7 +555,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		RTT: RTT{
 			Min:      sc.minRTT,
 			SRTTLast: sc.srtt,
-			Path:     m.sk[skPathRTT].summary(c),
+			Path:     m.summary(c, skPathRTT),
 		},
 		Retransmits: sc.retransmits,
 		RTOs:        sc.rtos,

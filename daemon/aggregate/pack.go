@@ -59,8 +59,9 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	w.str(f.owner.ContainerID)
 	w.str(string(f.connRole))
 	w.str(string(f.side))
-	// The pair's key is the flow's and its owner's (attribute), but for
-	// a flow not attributed yet: one byte says which.
+	// The pair's key is the flow's and its owner's (attribute) unless the
+	// flow is not attributed yet or its owner changed since: one byte says
+	// which.
 	if pk := &f.peerKey; *pk == record.PeerKeyOf(f.key.Flow, f.side, &f.owner) {
 		w.uint(0)
 	} else {
@@ -145,13 +146,16 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	}
 	f.connRole = record.Role(r.str())
 	f.side = record.Role(r.str())
-	if r.uint() == 0 {
+	switch r.uint() {
+	case 0:
 		f.peerKey = record.PeerKeyOf(f.key.Flow, f.side, &f.owner)
-	} else {
+	case 1:
 		f.peerKey = record.PeerKey{
 			Netns: uint32(r.uint()), Comm: r.str(), CgroupID: r.uint(), Side: record.Role(r.str()),
 			LocalPort: uint16(r.uint()), Remote: r.addr(), RemotePort: uint16(r.uint()),
 		}
+	default:
+		r.fail()
 	}
 	f.opened = record.Mono(r.uint())
 	f.connectLatency = time.Duration(r.int())
@@ -398,7 +402,12 @@ func (r *unpacker) exact() exactStats {
 		r.fail()
 	case e.n > e.zeros:
 		e.max = time.Duration(r.uint())
-		e.minPos = e.max - time.Duration(r.uint())
+		delta := time.Duration(r.uint())
+		if e.max <= 0 || delta < 0 || delta >= e.max {
+			r.fail() // the smallest positive value is at least 1
+			return exactStats{}
+		}
+		e.minPos = e.max - delta
 		e.sum = float64(e.max)
 		if e.n-e.zeros > 1 {
 			e.sum = math.Float64frombits(r.float())

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -260,5 +261,76 @@ func TestPackFloat(t *testing.T) {
 	}
 	if r := (unpacker{b: []byte{3}}); r.float() != 0 || r.err == nil {
 		t.Error("an odd tag other than 1 was taken")
+	}
+}
+
+// Flows as traffic leaves them pack and come back whole: a pair's key the
+// flow's and owner's (stored as one byte), a flow whose owner changed
+// after its attribution, one never attributed, and sums that are whole
+// nanoseconds, fractions, negative or not a number.
+func TestPackRealFlows(t *testing.T) {
+	a := New(Config{})
+	c := &a.flowSC
+	e := exch("10.0.0.1:40000", "10.0.0.2:443", 1, owner("curl", 7, 1), record.RoleClient, at(1), 3*ms)
+	a.AddExchange(e)
+	a.AddExchange(exch("10.0.0.1:40000", "10.0.0.2:443", 1, owner("curl", 7, 1), record.RoleClient, at(2), 5*ms))
+	renamed := a.flows[1]
+	renamed.owner.Comm = "curl-renamed" // a later record's owner, the pair's key unchanged
+	a.AddExchange(exch("10.0.0.1:40001", "10.0.0.2:443", 2, record.Owner{}, record.RoleClient, at(3), ms))
+	lone := a.flows[2]
+	lone.m.sc.compSum[csPeer] = math.NaN()
+	lone.m.sc.compSum[csThink] = -1234
+	lone.m.sc.compSum[csLocalRead] = 0.25
+	lone.m.sc.active = 1 << 60
+	for name, f := range map[string]*flowEntry{"attributed, then renamed": renamed, "never attributed": lone} {
+		p, _ := f.pack(c, nil)
+		var g flowEntry
+		if err := p.unpack(&g, c); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// DeepEqual takes NaN for unequal: compare the words.
+		if g.peerKey != f.peerKey || !slices.Equal(wordsOf(&g.m.sc), wordsOf(&f.m.sc)) ||
+			!reflect.DeepEqual(g.snapshotLocked(c).Components, f.snapshotLocked(c).Components) {
+			t.Errorf("%s: came back changed:\nbefore %+v %+v\nafter  %+v %+v", name, f.peerKey, f.m.sc, g.peerKey, g.m.sc)
+		}
+	}
+	// The flow's own key and owner make its pair's: one byte for it.
+	f := a.flows[1]
+	f.owner.Comm = "curl"
+	short, _ := f.pack(c, nil)
+	f.owner.Comm = "curl-renamed"
+	long, _ := f.pack(c, nil)
+	if len(long.b)-len(short.b) < 10 {
+		t.Errorf("a pair key that is the flow's took %d bytes, one that is not %d", len(short.b), len(long.b))
+	}
+	// Only the binned sketches (duration, send wait) have stores.
+	f.m.fold(c)
+	for k := range f.m.sk {
+		if has := f.m.sk[k].st != nil; has && !c.binned[k] || k == skDuration && !has {
+			t.Errorf("sketch %d: store %v, binned %v", k, has, c.binned[k])
+		}
+	}
+}
+
+// A sketch's exact statistics come back exactly, and impossible ones are
+// an error.
+func TestPackExact(t *testing.T) {
+	for _, vals := range [][]time.Duration{nil, {0, 0}, {1}, {math.MaxInt64}, {0, 7 * ms}, {1, math.MaxInt64}, {3, 3, 3}, {1<<53 + 1, 5}} {
+		var s sketch
+		for _, v := range vals {
+			s.count(v)
+		}
+		var w packer
+		w.exact(&s.exactStats)
+		r := unpacker{b: w.b}
+		if got := r.exact(); got != s.exactStats || r.err != nil || len(r.b) != 0 {
+			t.Errorf("%v: got %+v, want %+v (%v)", vals, got, s.exactStats, r.err)
+		}
+	}
+	for _, bad := range [][]byte{{1, 2}, {2, 0, 5, 5}, {2, 0, 0, 0}, {2, 0, 5, 9}} {
+		r := unpacker{b: bad}
+		if r.exact(); r.err == nil {
+			t.Errorf("% x taken", bad)
+		}
 	}
 }

@@ -24,14 +24,16 @@ type Summary struct {
 	// component happened at all.
 	Nonzero uint64        `json:"nonzero"`
 	Min     time.Duration `json:"min_ns"`
-	// The quantiles are zero, and left out of JSON, where no
-	// distribution is kept: a flow's components and path RTT other than
-	// its send wait (flowSketches); their peer pair has them.
+	// A quantile of zero is left out of JSON.
 	P50  time.Duration `json:"p50_ns,omitempty"`
 	P90  time.Duration `json:"p90_ns,omitempty"`
 	P99  time.Duration `json:"p99_ns,omitempty"`
 	Max  time.Duration `json:"max_ns"`
 	Mean time.Duration `json:"mean_ns"`
+	// NoDistribution says no distribution is kept, so there are no
+	// quantiles: a flow's components and path RTT other than its send
+	// wait (flowSketches). Their peer pair has them.
+	NoDistribution bool `json:"no_distribution,omitempty"`
 }
 
 // sketch is a DDSketch specialised for non-negative durations: the

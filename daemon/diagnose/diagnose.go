@@ -281,7 +281,7 @@ func bufferbloat(f *facts) (record.Diagnosis, bool) {
 			pct(s), dur(c.Network), dur(c.Propagation)),
 		Evidence: []record.Evidence{
 			msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
-			tailEv("path_rtt", m.RTT.Path),
+			pathEv(m.RTT.Path, true), pathEv(m.RTT.Path, false),
 		},
 		Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
 	}, true
@@ -677,10 +677,22 @@ func countOf(n uint64, what string) string {
 // kept (a peer pair), else its exact max (a flow's component: the
 // distribution is the pair's).
 func tailEv(name string, s aggregate.Summary) record.Evidence {
-	if s.P99 > 0 {
-		return msEv(name+"_p99", s.P99)
+	if s.NoDistribution {
+		return msEv(name+"_max", s.Max)
 	}
-	return msEv(name+"_max", s.Max)
+	return msEv(name+"_p99", s.P99)
+}
+
+// pathEv is the path RTT's middle (mid) or tail as evidence: its p50 and
+// p99 where the distribution is kept, else its exact mean and max.
+func pathEv(s aggregate.Summary, mid bool) record.Evidence {
+	switch {
+	case mid && s.NoDistribution:
+		return msEv("path_rtt_mean", s.Mean)
+	case mid:
+		return msEv("path_rtt_p50", s.P50)
+	}
+	return tailEv("path_rtt", s)
 }
 
 func msEv(name string, d time.Duration) record.Evidence {

@@ -209,3 +209,41 @@ func TestWindowWaitMustBeTypical(t *testing.T) {
 		t.Errorf("cwnd_limited from one exchange's slow start: %v", got)
 	}
 }
+
+// A tail is a pair's p99 and a flow's exact max: a flow keeps no
+// distribution of its components or path RTT, and says so.
+func TestEvidenceTails(t *testing.T) {
+	evidence := func(ds []record.Diagnosis, name record.DiagnosisName) map[string]float64 {
+		out := map[string]float64{}
+		for _, d := range ds {
+			if d.Name == name {
+				for _, e := range d.Evidence {
+					out[e.Name] = e.Value
+				}
+			}
+		}
+		return out
+	}
+	for _, flow := range []bool{false, true} {
+		m := metrics(100, record.Components{Network: 20 * ms, Propagation: 20 * ms, Peer: 80 * ms})
+		m.Components.Peer = aggregate.Summary{Count: 100, Nonzero: 100, Mean: 80 * ms, P50: 70 * ms, P99: 150 * ms, Max: 300 * ms, NoDistribution: flow}
+		b := metrics(100, record.Components{Network: 180 * ms, Propagation: 20 * ms, Queueing: 160 * ms})
+		b.RTT.Path = aggregate.Summary{Count: 100, Nonzero: 100, Mean: 180 * ms, P50: 170 * ms, P99: 250 * ms, Max: 400 * ms, NoDistribution: flow}
+		if flow {
+			m.Components.Peer.P50, m.Components.Peer.P99 = 0, 0
+			b.RTT.Path.P50, b.RTT.Path.P99 = 0, 0
+		}
+		peer, bloat := evidence(Of(&m), PeerThink), evidence(Of(&b), Bufferbloat)
+		want := map[bool][2]map[string]float64{
+			false: {{"peer_p99": 150}, {"path_rtt_p50": 170, "path_rtt_p99": 250}},
+			true:  {{"peer_max": 300}, {"path_rtt_mean": 180, "path_rtt_max": 400}},
+		}[flow]
+		for i, got := range []map[string]float64{peer, bloat} {
+			for k, v := range want[i] {
+				if got[k] != v {
+					t.Errorf("flow %v: evidence %s = %v, want %v (all: %v)", flow, k, got[k], v, got)
+				}
+			}
+		}
+	}
+}
