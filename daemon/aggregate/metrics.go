@@ -52,11 +52,11 @@ const (
 // pendCap is how many exchanges a metrics holds before folding them into
 // its sketches' stores. Each store is its own heap object; updating the
 // two of a flow and the eleven of its peer pair on every exchange is a
-// string of cache misses once there are more than a few hundred keys. An exchange
-// updates the sketches' exact statistics at once and writes one row of
-// bin indices here; folding 32 rows at a time walks each store while it is
-// hot (docs/decisions.md has the measurement). Snapshots fold what is
-// pending first, so they never lag.
+// string of cache misses once there are more than a few hundred keys. An
+// exchange updates the sketches' exact statistics at once and writes one
+// row of bin indices here; folding 32 rows at a time walks each store
+// while it is hot (docs/decisions.md has the measurement). Snapshots fold
+// what is pending first, so they never lag.
 const pendCap = 32
 
 // metrics is what is accumulated per key, flows and peers alike. It is

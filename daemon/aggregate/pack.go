@@ -206,7 +206,7 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 // wordsOf is v's memory as 64-bit words. Only for the type packing
 // stores as memory (scalars), which holds no pointer and is whole words
 // long (TestPackedTypesHoldNoPointer).
-func wordsOf[T scalars](v *T) []uint64 {
+func wordsOf(v *scalars) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(v)), unsafe.Sizeof(*v)/8)
 }
 
@@ -301,7 +301,7 @@ func (w *packer) zeroRuns(words []uint64, floats []bool) {
 		}
 		w.uint(uint64(z))
 		w.uint(uint64(l))
-		for ; l > 0; l, i = l-1, i+1 {
+		for end := i + l; i < end; i++ {
 			if floats[i] {
 				w.float(words[i])
 			} else {
@@ -426,7 +426,7 @@ func (r *unpacker) zeroRuns(dst []uint64, floats []bool) {
 			return
 		}
 		i += int(z)
-		for ; l > 0; l, i = l-1, i+1 {
+		for end := i + int(l); i < end; i++ {
 			if floats[i] {
 				dst[i] = r.float()
 			} else {

@@ -275,13 +275,14 @@ func bufferbloat(f *facts) (record.Diagnosis, bool) {
 	if s < minShare || c.Queueing <= c.Propagation/2 {
 		return record.Diagnosis{}, false
 	}
+	mid, tail := pathEv(m.RTT.Path)
 	return record.Diagnosis{
 		Name: Bufferbloat, Severity: severity(s), Share: s,
 		Summary: fmt.Sprintf("%s of the latency is queueing on the path: the round trip is %s against a minimum of %s",
 			pct(s), dur(c.Network), dur(c.Propagation)),
 		Evidence: []record.Evidence{
 			msEv("queueing_mean", c.Queueing), msEv("propagation", c.Propagation),
-			pathEv(m.RTT.Path, true), pathEv(m.RTT.Path, false),
+			mid, tail,
 		},
 		Fix: "a queue is filling at the bottleneck, usually behind bulk transfers: use fq_codel or cake there, BBR or pacing for the bulk senders, or shape them below the link rate",
 	}, true
@@ -683,16 +684,13 @@ func tailEv(name string, s aggregate.Summary) record.Evidence {
 	return msEv(name+"_p99", s.P99)
 }
 
-// pathEv is the path RTT's middle (mid) or tail as evidence: its p50 and
-// p99 where the distribution is kept, else its exact mean and max.
-func pathEv(s aggregate.Summary, mid bool) record.Evidence {
-	switch {
-	case mid && s.NoDistribution:
-		return msEv("path_rtt_mean", s.Mean)
-	case mid:
-		return msEv("path_rtt_p50", s.P50)
+// pathEv is the path RTT's middle and tail as evidence: its p50 and p99
+// where the distribution is kept, else its exact mean and max.
+func pathEv(s aggregate.Summary) (mid, tail record.Evidence) {
+	if s.NoDistribution {
+		return msEv("path_rtt_mean", s.Mean), tailEv("path_rtt", s)
 	}
-	return tailEv("path_rtt", s)
+	return msEv("path_rtt_p50", s.P50), tailEv("path_rtt", s)
 }
 
 func msEv(name string, d time.Duration) record.Evidence {
