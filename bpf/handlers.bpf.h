@@ -306,8 +306,11 @@ static __always_inline void handle_ca_state(struct sock *sk, __u8 ca_state)
 /* A connect() sends its SYN. */
 static __always_inline void handle_syn_sent(struct sock *sk)
 {
-	struct lt_sock *st = sock_state(sk, task_in_scope());
+	bool create = task_in_scope();
+	struct lt_sock *st = sock_state(sk, create);
 
+	if (!st && create)
+		count_unfollowed();
 	if (st) {
 		st->syn_ns = bpf_ktime_get_ns();
 		st->partial = 0;
@@ -321,8 +324,11 @@ static __always_inline void handle_syn_sent(struct sock *sk)
  * timestamps. */
 static __always_inline void handle_established(struct sock *sk, int oldstate)
 {
-	struct lt_sock *st = sock_state(sk, oldstate == TCP_SYN_RECV && !cfg.filter_cgroup);
+	bool create = oldstate == TCP_SYN_RECV && !cfg.filter_cgroup;
+	struct lt_sock *st = sock_state(sk, create);
 
+	if (!st && create)
+		count_unfollowed();
 	if (st) {
 		st->role = oldstate == TCP_SYN_SENT ? LT_ROLE_CLIENT : LT_ROLE_SERVER;
 		st->established_ns = bpf_ktime_get_ns();
@@ -405,49 +411,64 @@ static __always_inline void handle_state_change(struct sock *sk, int oldstate, i
 		handle_close(sk);
 }
 
+/* Records of other CPUs the sweep at the stop leaves room for: the hooks
+ * are detached by then, but a program already running may still submit. */
+#define SWEEP_STOP_SLACK 8
+
 /* The sweep at one followed socket (an iterator the daemon runs every
  * cfg.idle_write_ns): an exchange that is complete, its connection quiet
  * for longer than a pause inside a message, is written now, not at its
  * next turn, which on an idle pooled connection may be hours away. With
  * stopping (the daemon stops, its hooks detached) every exchange in
- * progress is written: complete, or else flagged unfinished. */
-static __always_inline void handle_sweep(struct sock *sk, struct lt_sock *st, bool stopping)
+ * progress is written: complete, or else flagged unfinished. True when
+ * the ring had no room for it at the stop: the exchange is left for the
+ * next pass, which the daemon runs once it has drained the ring. */
+static __always_inline bool handle_sweep(struct sock *sk, struct lt_sock *st, bool stopping)
 {
 	struct tcp_sock *tp;
 	__u64 now, quiet;
 
 	if (st->phase == PHASE_NONE || exchange_was_written(st))
-		return;
+		return false;
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
-		return;
+		return false;
 	now = bpf_ktime_get_ns();
 	if (stopping) {
+		if (!st->cur.role)
+			return false;
+		if (!ring_has_room(sizeof(struct lt_exchange), SWEEP_STOP_SLACK))
+			return true;
 		if (!complete_and_quiet(st, tp, now, 0)) {
 			st->cur.flags |= LT_EX_UNFINISHED;
 			count(LT_CNT_UNFINISHED);
 		}
 		emit_exchange(st, tp, now);
-		return;
+		return false;
 	}
 	/* Only where the roles are known: on a connection adopted mid-way
 	 * no later data could tell a push from the rest of a paused reply. */
 	if (!cfg.idle_write_ns || (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER))
-		return;
+		return false;
 	quiet = push_quiet(st, tp);
 	if (quiet < cfg.idle_write_ns)
 		quiet = cfg.idle_write_ns;
 	if (complete_and_quiet(st, tp, now, quiet))
 		write_idle(st, tp, now);
+	return false;
 }
 
-/* One lt_inflight for a followed socket, for the live view's iterators.
- * It reads only socket metadata, like the rest. */
+/* One lt_inflight for a followed socket with an exchange in progress, for
+ * the live view's iterators; a socket between exchanges (its last one
+ * written) writes nothing, so the daemon reads what is moving, not every
+ * socket of the node. It reads only socket metadata, like the rest. */
 static __always_inline void handle_inflight(struct seq_file *seq, struct sock *sk, struct lt_sock *st)
 {
 	struct lt_inflight rec = {};
 	struct tcp_sock *tp;
 
+	if (st->phase == PHASE_NONE || exchange_was_written(st))
+		return;
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return;
@@ -459,14 +480,12 @@ static __always_inline void handle_inflight(struct seq_file *seq, struct sock *s
 	rec.turns = st->turns;
 	rec.cwnd = tp->snd_cwnd;
 	rec.srtt_us = tp->srtt_us >> 3;
-	if (st->phase != PHASE_NONE) {
-		rec.role = st->cur.role;
-		rec.start_ns = st->cur.w0 ? st->cur.w0 : st->cur.r0;
-		if (st->cur.r0 && st->cur.r0 < rec.start_ns)
-			rec.start_ns = st->cur.r0;
-		rec.bytes_out = written64(tp) - st->out_bytes0;
-		rec.bytes_in = tp->bytes_received - st->in_bytes0;
-	}
+	rec.role = st->cur.role;
+	rec.start_ns = st->cur.w0 ? st->cur.w0 : st->cur.r0;
+	if (st->cur.r0 && st->cur.r0 < rec.start_ns)
+		rec.start_ns = st->cur.r0;
+	rec.bytes_out = written64(tp) - st->out_bytes0;
+	rec.bytes_in = tp->bytes_received - st->in_bytes0;
 	bpf_seq_write(seq, &rec, sizeof(rec));
 }
 

@@ -11,12 +11,18 @@
  * programs unattached.
  *
  * A connection's first byte each way decides: only one that opens as
- * HTTP/2 gets framing state (h2socks), where each direction keeps where
- * its next frame header starts as a sequence number, so retransmissions
- * and GSO/GRO segment sizes change nothing; a header split across two
- * segments is completed from the bytes kept. A gap (a lost segment on the
- * way in, whose successors arrive first) loses the framing of that
- * direction once the walk would need bytes that already went by: counted
+ * HTTP/2 gets framing state (h2socks). The client's direction opens with
+ * the whole preface in its first segment, the server's with the whole
+ * header of a SETTINGS frame; a preface or header cut there is not taken
+ * for HTTP/2. The client's first frame after its preface must be its
+ * SETTINGS (RFC 9113, 3.4): anything else there, whatever frames it seems
+ * to hold, loses the framing, as below. Each direction keeps where its
+ * next frame header starts as a sequence number, so retransmissions and
+ * GSO/GRO segment sizes change nothing; a header split across two segments
+ * is completed from the bytes kept, one split across three (a segment of a
+ * few bytes inside it) loses the framing. A gap (a lost segment on the way
+ * in, whose successors arrive first) loses the framing of that direction
+ * once the walk would need bytes that already went by. A loss is counted
  * (LT_CNT_H2_UNSYNCED), and flagged on the connection.
  *
  * Once the client's preface is seen (H2_STREAMS), the connection's streams
@@ -102,6 +108,20 @@ static __always_inline __u32 one_to_eight(__u32 v)
 static __always_inline __u32 h2_length(__u64 hdr4)
 {
 	return ((hdr4 & 0xff) << 16) | (hdr4 & 0xff00) | ((hdr4 >> 16) & 0xff);
+}
+
+/* A frame's stream id, from its header's first eight bytes (lo, as
+ * h2_length has them) and its ninth (b8); the reserved bit left out. */
+static __always_inline __u32 h2_stream_id(__u64 lo, __u8 b8)
+{
+	return (((lo >> 40) & 0x7f) << 24) | (((lo >> 48) & 0xff) << 16) | (((lo >> 56) & 0xff) << 8) | b8;
+}
+
+/* Whether a frame header is the SETTINGS a client follows its preface
+ * with (RFC 9113, 3.4): on stream 0, no ACK, whole settings. */
+static __always_inline bool h2_client_settings(__u64 lo, __u8 b8)
+{
+	return ((lo >> 24) & 0xff) == LT_H2_SETTINGS && !((lo >> 32) & 0xff) && !h2_stream_id(lo, b8) && h2_length(lo) % 6 == 0;
 }
 
 /* An event of a followed connection, its common part filled; 0 when the
@@ -227,7 +247,7 @@ static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, s
 	barrier_var(i);
 	if (i < LT_H2_TYPES)
 		h2->frames[i]++;
-	stream = (((lo >> 40) & 0x7f) << 24) | (((lo >> 48) & 0xff) << 16) | (((lo >> 56) & 0xff) << 8) | b8;
+	stream = h2_stream_id(lo, b8);
 	if (!(st->h2 & H2_STREAMS))
 		return flen;
 	/* A stream's frames (a header block may go on in CONTINUATION
@@ -330,6 +350,7 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 	}
 	h2->dir[d].next_seq = seq + opening;
 	h2->dir[d].max_end = seq + opening;
+	h2->dir[d].settings_next = opening == H2_PREFACE_LEN;
 	h2->dir[d].on = 1;
 	__sync_fetch_and_or(&st->h2, H2_FOLLOWED);
 	if (opening == H2_PREFACE_LEN) {
@@ -398,9 +419,30 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		hdr[0] = dir->part;
 		if (have < 8)
 			hdr[0] |= rest << (8 * have);
-		flen = h2_frame(st, h2, dir, &g, d, hdr[0], rest >> (8 * ((need - 1) & 7)), dir->next_seq, end, now);
+		hdr[1] = rest >> (8 * ((need - 1) & 7));
+		if (dir->settings_next && !h2_client_settings(hdr[0], hdr[1]))
+			goto lost;
+		dir->settings_next = 0;
+		flen = h2_frame(st, h2, dir, &g, d, hdr[0], hdr[1], dir->next_seq, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 		dir->have = 0;
+	}
+
+	/* The client's first frame after its preface must be its SETTINGS
+	 * (RFC 9113, 3.4): anything else is not HTTP/2, whatever frames it
+	 * seems to hold. Checked here, before the walk, when its header is
+	 * whole in this segment; above once completed when a segment's end
+	 * cut it. */
+	if (dir->settings_next) {
+		rel = dir->next_seq - seq;
+		if (rel >= 0 && (__u32)rel < len && len - rel >= H2_HEADER_LEN) {
+			hdr[1] = 0;
+			if (bpf_skb_load_bytes(skb, off + rel, hdr, H2_HEADER_LEN))
+				return;
+			if (!h2_client_settings(hdr[0], hdr[1]))
+				goto lost;
+			dir->settings_next = 0;
+		}
 	}
 
 	for (i = 0; i < H2_MAX_FRAMES; i++) {
@@ -426,6 +468,8 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		flen = h2_frame(st, h2, dir, &g, d, hdr[0], hdr[1], want, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 	}
+	/* More frames in the segment than are walked, or not HTTP/2. */
+lost:
 	h2_unsync(st, h2, dir);
 	return;
 

@@ -41,6 +41,8 @@ const enum lt_h2_frame *unused_lt_h2_frame __attribute__((unused));
 const struct lt_h2_event *unused_lt_h2_event __attribute__((unused));
 const enum lt_h2_event_kind *unused_lt_h2_event_kind __attribute__((unused));
 const enum lt_wait_cause *unused_lt_wait_cause __attribute__((unused));
+const struct lt_control *unused_lt_control __attribute__((unused));
+const enum lt_control_slot *unused_lt_control_slot __attribute__((unused));
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")
@@ -272,8 +274,12 @@ int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
 	return 0;
 }
 
-/* Set by the daemon before its last sweep, at its stop (handle_sweep). */
+/* Set by the daemon before its last sweeps, at its stop (handle_sweep). */
 volatile __u32 sweep_stopping;
+/* Exchanges a sweep at the stop left for its next pass, the ring full:
+ * the daemon drains, zeroes it and sweeps again until a pass leaves none
+ * (Tracer.sweepAtStop). */
+volatile __u64 sweep_deferred;
 
 /* The sweep over every followed socket of the node. */
 SEC("iter/bpf_sk_storage_map")
@@ -285,8 +291,8 @@ int lattrace_sweep(struct bpf_iter__bpf_sk_storage_map *ctx)
 	if (!sk)
 		return 0;
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (st)
-		handle_sweep(sk, st, sweep_stopping);
+	if (st && handle_sweep(sk, st, sweep_stopping))
+		__sync_fetch_and_add(&sweep_deferred, 1);
 	return 0;
 }
 
@@ -299,7 +305,7 @@ int lattrace_sweep_tcp(struct bpf_iter__tcp *ctx)
 	struct sock *sk = 0;
 	struct lt_sock *st = tcp_iter_state(ctx->sk_common, &sk);
 
-	if (st && sk)
-		handle_sweep(sk, st, sweep_stopping);
+	if (st && sk && handle_sweep(sk, st, sweep_stopping))
+		__sync_fetch_and_add(&sweep_deferred, 1);
 	return 0;
 }

@@ -28,6 +28,28 @@ struct lt_config {
 	__u64 idle_write_ns;
 };
 
+/* What the daemon tells the running programs (element LT_CONTROL_SET of
+ * the "control" array, written by the daemon alone) and what they tell it
+ * back (element LT_CONTROL_SEEN, written by the programs alone, so that
+ * neither write undoes the other's). The array is pinned with the other
+ * maps: programs adopted across a restart hear the next daemon. */
+struct lt_control {
+	/* Set while the daemon's memory cgroup nears its limit
+	 * (daemon/memguard): sockets not followed yet stay so, since each
+	 * followed socket's storage is charged to that cgroup. */
+	__u32 sockets_paused;
+	__u32 _pad;
+	/* Connection ends born (SYN_SENT, or ESTABLISHED from SYN_RECV) and
+	 * not followed while paused. */
+	__u64 sockets_unfollowed;
+};
+
+enum lt_control_slot {
+	LT_CONTROL_SET = 0,
+	LT_CONTROL_SEEN = 1,
+	LT_CONTROL_SLOTS,
+};
+
 /* Kinds of record on the events ring buffer; every record starts with struct lt_header. */
 enum lt_record_kind {
 	LT_RECORD_CONN_CLOSE = 1, /* a connection ended: its lifetime and totals */

@@ -45,6 +45,18 @@ static __always_inline void fill_header(struct lt_header *hdr, __u32 kind, __u64
 	hdr->ts_ns = now;
 }
 
+/* Has the ring room for a record of size bytes and slack more of that
+ * size (what other CPUs may reserve meanwhile)? The sweep at the daemon's
+ * stop writes only then: what it cannot write yet it leaves for its next
+ * pass, after the daemon has drained the ring, instead of losing it. */
+static __always_inline bool ring_has_room(__u64 size, __u64 slack)
+{
+	__u64 used = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 ring = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+
+	return used + (slack + 1) * ringbuf_len(size) <= ring;
+}
+
 /* Reserves a record of size bytes (a constant) and fills its header; 0,
  * counted, when the ring buffer is full. */
 static __always_inline void *reserve(__u64 size, __u32 kind, __u64 now)

@@ -102,7 +102,10 @@ struct h2_dir {
 	/* A frame of a stream whose header was read and whose last byte
 	 * (next_seq) is still to pass: its event waits for it. */
 	__u8 pend_on, pend_type, pend_flags;
-	__u8 _pad[3];
+	/* The next frame is the first after the client's preface: it must be
+	 * the client's SETTINGS. */
+	__u8 settings_next;
+	__u8 _pad[2];
 	__u32 pend_stream, pend_seq;
 	__u64 pend_t0;
 };
@@ -139,14 +142,46 @@ static __always_inline bool task_in_scope(void)
 	return !cfg.filter_cgroup || bpf_current_task_under_cgroup(&cgroup_filter, 0) == 1;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LT_CONTROL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lt_control);
+} control SEC(".maps");
+
+/* Are new sockets left unfollowed for now (struct lt_control)? Asked only
+ * for a socket without state: once per socket, but on each of its events
+ * while paused, it staying without. */
+static __always_inline bool sockets_paused(void)
+{
+	__u32 slot = LT_CONTROL_SET;
+	struct lt_control *c = bpf_map_lookup_elem(&control, &slot);
+
+	return c && c->sockets_paused;
+}
+
+/* A connection end was born, at SYN_SENT or ESTABLISHED from SYN_RECV, and
+ * not followed: counted when that is for the pause. */
+static __always_inline void count_unfollowed(void)
+{
+	__u32 slot = LT_CONTROL_SEEN;
+	struct lt_control *seen;
+
+	if (!sockets_paused())
+		return;
+	seen = bpf_map_lookup_elem(&control, &slot);
+	if (seen)
+		__sync_fetch_and_add(&seen->sockets_unfollowed, 1);
+}
+
 /* The socket's state; with create, made (and its flow read) on first
- * sight. */
+ * sight, unless new sockets are not followed for now. */
 static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
 {
 	struct lt_sock *st;
 
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (st || !create)
+	if (st || !create || sockets_paused())
 		return st;
 	st = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {

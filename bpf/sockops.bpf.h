@@ -100,11 +100,14 @@ static __always_inline void sockops_established(struct bpf_sock_ops *skops, stru
 	__u64 now = bpf_ktime_get_ns();
 	struct lt_sock *st;
 
-	st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st) {
-		count(LT_CNT_STORAGE_FAIL);
-		return;
+	st = bpf_sk_storage_get(&socks, bsk, 0, 0);
+	if (!st && !sockets_paused()) {
+		st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st)
+			count(LT_CNT_STORAGE_FAIL);
 	}
+	if (!st)
+		return;
 	if (!st->established_ns) {
 		/* Not seen at the state change (a filtered softirq). */
 		count(LT_CNT_SOCKS_TRACKED);

@@ -41,7 +41,7 @@ func clientError(err error, target string) error {
 	case errors.Is(err, api.ErrNoDaemon):
 		return fmt.Errorf("no lattrace daemon at %s: start one with `sudo lattrace daemon` (or deploy the DaemonSet), or run `sudo lattrace top`, which traces in-process", target)
 	case errors.Is(err, api.ErrPermission):
-		return fmt.Errorf("permission denied on %s: the API socket is root's, run with sudo", target)
+		return fmt.Errorf("permission denied: the API socket %s is root-only (mode 0600); run as root (sudo)", target)
 	}
 	return err
 }

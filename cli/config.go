@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -84,12 +85,26 @@ func applyConfig(cmd *cobra.Command, path string) error {
 	return nil
 }
 
+// maxConfigFile bounds a settings file: every setting with a long value
+// takes a few kilobytes.
+const maxConfigFile = 64 << 10
+
 // readConfigFile reads a flat YAML mapping of keys to scalar values and
 // refuses keys that are not settings of this command.
 func readConfigFile(path string, fs *pflag.FlagSet) (map[string]*yaml.Node, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
+	}
+	defer f.Close()
+	// Read no further than a settings file can reach: --config names any
+	// file, /dev/zero included.
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	if len(b) > maxConfigFile {
+		return nil, fmt.Errorf("%s: larger than %d KiB: not a settings file (a few dozen lines of key: value)", path, maxConfigFile>>10)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {

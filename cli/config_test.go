@@ -68,6 +68,10 @@ func TestConfigErrors(t *testing.T) {
 	if err := applyConfig(newDaemon(), "/nonexistent/lattrace.yaml"); err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("missing file: %v", err)
 	}
+	// Any file may be named: one that never ends is not read to its end.
+	if err := applyConfig(newDaemon(), "/dev/zero"); err == nil || !strings.Contains(err.Error(), "/dev/zero: larger than 64 KiB: not a settings file") {
+		t.Errorf("/dev/zero: %v", err)
+	}
 	// An empty file sets nothing.
 	if err := applyConfig(newDaemon(), writeConfig(t, "")); err != nil {
 		t.Errorf("empty file: %v", err)
@@ -97,23 +101,8 @@ func TestConfigDocumented(t *testing.T) {
 // The chart's ConfigMap (as rendered into deploy/kubernetes) is a config
 // file the daemon takes.
 func TestConfigOfTheChart(t *testing.T) {
-	m, err := os.ReadFile("../deploy/kubernetes/lattrace.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(m), "config.yaml: |\n")
-	if !ok {
-		t.Fatal("no config.yaml in the manifest's ConfigMap")
-	}
-	var lines []string
-	for _, l := range strings.Split(block, "\n") {
-		if !strings.HasPrefix(l, "    ") {
-			break
-		}
-		lines = append(lines, strings.TrimPrefix(l, "    "))
-	}
 	cmd := newDaemon()
-	if err := applyConfig(cmd, writeConfig(t, strings.Join(lines, "\n"))); err != nil {
+	if err := applyConfig(cmd, writeConfig(t, string(chartConfig(t)))); err != nil {
 		t.Fatal(err)
 	}
 	if got := cmd.Flags().Lookup("metrics-addr").Value.String(); got != "0.0.0.0:9464" {

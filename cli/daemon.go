@@ -13,6 +13,7 @@ import (
 	"github.com/lattrace/lattrace/daemon"
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/private"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
 )
@@ -21,7 +22,7 @@ func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
 	var otlpOn, http2Framing bool
-	var ringMiB, maxProcs int
+	var ringMiB, maxProcs, memMiB int
 	var cleanup bool
 	var cpuProfile string
 	cmd := &cobra.Command{
@@ -38,6 +39,10 @@ func newDaemon() *cobra.Command {
 			}
 			cfg.Tracer.RingBufferBytes = uint32(ringMiB) << 20
 			cfg.Tracer.NoHTTP2Framing = !http2Framing
+			if memMiB < 0 || memMiB > 1<<20 || (memMiB > 0 && memMiB < 32) {
+				return usageError{fmt.Errorf("--memory-limit-mib %d: want 0 (the memory cgroup's limit) or 32 to 1048576 (1 TiB)", memMiB)}
+			}
+			cfg.MemoryLimit = uint64(memMiB) << 20
 			if maxProcs < 0 {
 				return usageError{fmt.Errorf("--max-procs %d: want 1 or more, or 0 for Go's default", maxProcs)}
 			}
@@ -84,6 +89,7 @@ func newDaemon() *cobra.Command {
 	// threads (docs/decisions.md). It also bounds what the tracer can take
 	// from a node to about one CPU.
 	f.IntVar(&maxProcs, "max-procs", 1, "CPUs that run the daemon's Go code at once (GOMAXPROCS); 0 leaves Go's default: $GOMAXPROCS, else the CPUs the container may use")
+	f.IntVar(&memMiB, "memory-limit-mib", 0, "memory the daemon keeps its own under, in MiB, shedding the history of recent exchanges, then flows, counted (docs/reliability.md); 0: its memory cgroup's limit, which the kernel's BPF maps count against too, or none")
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.PinPath, "pin-path", "", "bpffs directory to pin maps and links in, so the programs trace on across restarts and the next daemon adopts them (empty: nothing outlives the daemon; see --cleanup)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything pinned under --pin-path (default "+daemon.DefaultPinPath+"), which detaches the programs, and exit")
@@ -129,7 +135,7 @@ func cleanupPins(cmd *cobra.Command, dir string) error {
 // the daemon calls on its way out (SIGTERM or SIGINT; a kill leaves the
 // file without its samples).
 func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
+	f, err := private.Create(path, os.O_TRUNC)
 	if err != nil {
 		return nil, fmt.Errorf("--cpu-profile: %w", err)
 	}

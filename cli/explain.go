@@ -30,18 +30,22 @@ func newExplain() *cobra.Command {
 	target, _ := apiFlag(cmd)
 	cmd.Flags().DurationVar(&whatIf, "what-if", 0, "also estimate each exchange's latency if the peer were this much more round-trip time away (e.g. 20ms)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON for it instead")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+	var c *api.Client
+	cmd.PreRunE = func(_ *cobra.Command, args []string) error {
 		if whatIf < 0 {
 			return usageError{fmt.Errorf("--what-if %v is negative", whatIf)}
 		}
-		c, err := api.NewClient(target())
-		if err != nil {
+		var err error
+		if c, err = api.NewClient(target()); err != nil {
 			return usageError{err}
 		}
-		id := args[0]
-		if !flowID.MatchString(id) && !peerID.MatchString(id) {
+		if id := args[0]; !flowID.MatchString(id) && !peerID.MatchString(id) {
 			return usageError{fmt.Errorf("%q is neither a flow id (a number) nor a peer pair id (p and 12 hex digits): see `lattrace flows` and `lattrace flows --peers`", id)}
 		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id := args[0]
 		out := cmd.OutOrStdout()
 		var ex explanation
 		var detail any

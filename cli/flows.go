@@ -56,19 +56,23 @@ func newFlows() *cobra.Command {
 	lf.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON (schema: docs/api.md)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many rows (0: all)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		q, err := lf.query()
-		if err != nil {
+	var q api.Query
+	var c *api.Client
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		var err error
+		if q, err = lf.query(); err != nil {
 			return err
 		}
 		if limit < 0 {
 			return usageError{fmt.Errorf("--limit %d is negative", limit)}
 		}
 		q.Limit = limit
-		c, err := api.NewClient(target())
-		if err != nil {
+		if c, err = api.NewClient(target()); err != nil {
 			return usageError{err}
 		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lf.peers {
 			return printList(cmd, c.Peers, q, asJSON, top.WritePeers, target())
 		}

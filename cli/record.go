@@ -29,10 +29,13 @@ func newRecord() *cobra.Command {
 	f.StringVar(&cfg.Tracer.CgroupPath, "cgroup", "", "cgroup v2 directory to watch sockets in (default: the whole node)")
 	f.StringVar(&cfg.Tracer.KernelBTF, "kernel-btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Version = Version()
 		return recorder.Run(cmd.Context(), cfg, cmd.ErrOrStderr())
 	}

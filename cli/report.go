@@ -30,14 +30,17 @@ func newReport() *cobra.Command {
 	f.IntVar(&o.MaxPairs, "max-pairs", report.DefaultMaxPairs, "peer pairs drawn with charts (the ones that cost the most time); the table lists all")
 	f.IntVar(&o.Points, "points", report.DefaultPoints, "points per time series at most (each interval's lowest and highest are kept)")
 	f.IntVar(&o.FlowsPerPair, "flows-per-pair", report.DefaultFlowsPerPair, "connections per pair whose cwnd and srtt are drawn")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		in := args[0]
+	cmd.PreRunE = func(*cobra.Command, []string) error {
 		switch {
 		case o.MaxPairs < 1 || o.FlowsPerPair < 1:
 			return usageError{errors.New("--max-pairs and --flows-per-pair: want at least 1")}
 		case o.Points < 10:
 			return usageError{fmt.Errorf("--points %d: want at least 10", o.Points)}
 		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		in := args[0]
 		if out == "" {
 			out = strings.TrimSuffix(in, filepath.Ext(in)) + ".html"
 		}

@@ -1,6 +1,8 @@
 // Package cli is the lattrace command line: one cobra command per
 // subcommand, each a thin layer that parses flags into the configuration of
 // the package doing the work, and turns errors into one line for a person.
+// A command checks its settings in PreRunE and does its work in RunE, so
+// that a command line can be checked without running it (FuzzFlags).
 package cli
 
 import (
@@ -11,8 +13,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/spf13/cobra"
 )
@@ -22,7 +26,11 @@ type usageError struct{ error }
 
 // Execute runs the command line and returns the process exit status.
 func Execute(args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr)
+	return execute(newRoot(stdout, stderr), args, stderr)
+}
+
+// execute runs root with args, printing its error, if any, as one line.
+func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -30,7 +38,12 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "lattrace: %v\n", err)
+	msg := err.Error()
+	var typed string
+	if _, serr := fmt.Sscanf(msg, "unknown command %q", &typed); serr == nil {
+		msg += suggestion(root, typed)
+	}
+	fmt.Fprintf(stderr, "lattrace: %s\n", oneLine(msg))
 	var ue usageError
 	// cobra's own argument and command errors are usage errors too.
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") ||
@@ -38,6 +51,39 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 1
+}
+
+// suggestion names the commands a mistyped one may be, as cobra would
+// (which it does on lines of their own). A name much longer than every
+// command's is none of them, and comparing it with each would cost a row of
+// the edit distance per byte.
+func suggestion(root *cobra.Command, typed string) string {
+	if len(typed) > 32 {
+		return ""
+	}
+	if s := root.SuggestionsFor(typed); len(s) > 0 {
+		return " (did you mean " + strings.Join(s, " or ") + "?)"
+	}
+	return ""
+}
+
+// oneLine is an error's message as one line: a line break or another
+// control character in it (from a value given on the command line, in a
+// file, by the environment) is written as its Go escape, \n.
+func oneLine(msg string) string {
+	if !strings.ContainsFunc(msg, unicode.IsControl) {
+		return msg
+	}
+	var b strings.Builder
+	for _, r := range msg {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -70,6 +116,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	// Suggestions for a mistyped command are execute's to add: cobra's
+	// take lines of their own.
+	root.DisableSuggestions = true
+	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newDaemon(), newTop(), newFlows(), newExplain(), newRecord(), newReport(), newVersion())

@@ -15,6 +15,7 @@ import (
 	"github.com/lattrace/lattrace/cli/top"
 	"github.com/lattrace/lattrace/daemon"
 	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/private"
 	"github.com/lattrace/lattrace/exporters/otlp"
 )
 
@@ -37,14 +38,18 @@ func newTop() *cobra.Command {
 	f.DurationVar(&interval, "interval", time.Second, "refresh interval (250ms..60s)")
 	f.BoolVar(&once, "once", false, "print one plain table and exit")
 	f.StringVar(&logFile, "log-file", "", "with the in-process tracer, write its log here (default: discarded; its counters are in the health)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		q, err := lf.query()
-		if err != nil {
+	var q api.Query
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		var err error
+		if q, err = lf.query(); err != nil {
 			return err
 		}
 		if interval < 250*time.Millisecond || interval > time.Minute {
 			return usageError{fmt.Errorf("--interval %v outside 250ms..60s", interval)}
 		}
+		return nil
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx, cancel := context.WithCancel(cmd.Context())
 		defer cancel()
 
@@ -100,7 +105,7 @@ func topSource(ctx context.Context, target string, explicit bool, logFile string
 	}
 	logw := io.Discard
 	if logFile != "" {
-		lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		lf, err := private.Create(logFile, os.O_APPEND)
 		if err != nil {
 			os.RemoveAll(dir)
 			return topSrc{}, fmt.Errorf("--log-file: %w", err)

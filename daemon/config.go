@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
 )
@@ -28,6 +29,10 @@ type Config struct {
 	APIAddr   string
 	// Version is the build's version, reported by the API's health.
 	Version string
+	// MemoryLimit bounds the daemon's own memory in bytes; 0 takes its
+	// memory cgroup's limit, which the kernel's BPF maps count against
+	// too (daemon/memguard).
+	MemoryLimit uint64
 }
 
 // DefaultPinPath is where a cluster deployment pins (the chart sets it);
@@ -47,6 +52,11 @@ func (c Config) Validate() error {
 	case "jsonl", "none":
 	default:
 		return fmt.Errorf("unknown output %q (want one of %v)", c.Output, Outputs)
+	}
+	if c.APIAddr != "" {
+		if err := api.CheckAddr(c.APIAddr); err != nil {
+			return err
+		}
 	}
 	if c.Output == "none" && c.OutputPath != "" && c.OutputPath != "-" {
 		return fmt.Errorf("--output-file %s given with --output none", c.OutputPath)

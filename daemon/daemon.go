@@ -20,7 +20,9 @@ import (
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/history"
 	"github.com/lattrace/lattrace/daemon/kube"
+	"github.com/lattrace/lattrace/daemon/memguard"
 	"github.com/lattrace/lattrace/daemon/pipeline"
+	"github.com/lattrace/lattrace/daemon/private"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
 	"github.com/lattrace/lattrace/exporters/otlp"
@@ -46,6 +48,7 @@ type Daemon struct {
 
 	tracer   *tracer.Tracer
 	pipeline *pipeline.Pipeline
+	guard    *memguard.Guard
 	// durable are the outputs whose records outlive the daemon; each is
 	// resumed across restarts (tracer.Resume).
 	durable []durable
@@ -91,6 +94,15 @@ func (d *Daemon) open() error {
 	if err := d.openAPI(); err != nil {
 		return err
 	}
+	d.guard = memguard.New(memguard.Config{Limit: d.cfg.MemoryLimit, Logger: d.log}, memguard.Actions{
+		ShedHistory: d.hist.Shed, ShedFlows: d.agg.Shed, PauseSockets: d.tracer.PauseSockets,
+	})
+	d.closers = append(d.closers, func() {
+		// The pause is in a pinned map: it would outlive the daemon.
+		if err := d.tracer.PauseSockets(false); err != nil {
+			d.log.Warn("new sockets may stay unfollowed until the next daemon", "err", err)
+		}
+	})
 	d.serveHealth()
 	return nil
 }
@@ -111,6 +123,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	attached := total - len(tracer.FeaturesOff(hooks))
 	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", total, "output", d.cfg.Output, "max_procs", runtime.GOMAXPROCS(0))
 	go d.reportHealth(ctx)
+	// The guard is done, its pause lifted, before anything closes: a look
+	// still running could otherwise pause the programs after the closer
+	// lifted it, and in a pinned map that outlives the daemon.
+	guardCtx, stopGuard := context.WithCancel(ctx)
+	guardDone := make(chan struct{})
+	go func() {
+		defer close(guardDone)
+		d.guard.Run(guardCtx)
+	}()
+	defer func() {
+		stopGuard()
+		<-guardDone
+	}()
 	d.serve()
 	runErr := d.tracer.Run(ctx, d.pipeline)
 	d.logStopped()
@@ -149,7 +174,8 @@ func (d *Daemon) openJSONL() error {
 	}
 	out := os.Stdout
 	if p := d.cfg.OutputPath; p != "" && p != "-" {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		// The records are the node's flows: root's alone, as the API is.
+		f, err := private.Create(p, os.O_APPEND)
 		if err != nil {
 			return fmt.Errorf("opening output: %w", err)
 		}
@@ -305,7 +331,11 @@ func (d *Daemon) logExports() {
 		return
 	}
 	st := d.otlp.Stats()
-	d.log.Info("OTLP", "spans_exported", st.SpansExported, "spans_failed", st.SpansFailed,
+	args := []any{"exchanges", st.Exchanges, "exchanges_exported", st.ExchangesExported, "spans_exported", st.SpansExported,
 		"sampled_slow", st.SampledSlow, "sampled_diagnosed", st.SampledDiagnosed, "sampled_rate", st.SampledRate,
-		"dropped_sampling", st.DroppedSampling, "dropped_slow_budget", st.SlowOverBudget, "dropped_queue", st.DroppedQueue, "export_errors", st.ExportErrors)
+		"export_errors", st.ExportErrors, "metric_export_errors", st.MetricErrors}
+	for r, n := range st.Unexported {
+		args = append(args, "unexported_"+otlp.DropReasons[r], n)
+	}
+	d.log.Info("OTLP", args...)
 }

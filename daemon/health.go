@@ -11,7 +11,9 @@ import (
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
+	"github.com/lattrace/lattrace/daemon/memguard"
 	"github.com/lattrace/lattrace/daemon/tracer"
+	"github.com/lattrace/lattrace/exporters/otlp"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -44,6 +46,9 @@ func (d *Daemon) health() api.Health {
 	}
 	if n := h.Aggregate.PackErrors; n > 0 {
 		h.Problems = append(h.Problems, fmt.Sprintf("%d flows dropped: their packed state did not decode", n))
+	}
+	if g := d.guard.Stats(); g.Level > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("memory at %.0f %% of its limit (%d MiB): shedding the %s", 100*float64(g.WorkingSet)/float64(g.Limit), g.Limit>>20, memguard.Steps[g.Level]))
 	}
 	if len(h.Problems) > 0 {
 		h.Status = "degraded"
@@ -88,19 +93,43 @@ func (d *Daemon) serveHealth() {
 	p.Counter("lattrace_http2_streams_unread_total", "HTTP/2 streams written without the read of their incoming message (no local read time)", kernel(func(c tracer.Counters) uint64 { return c.H2Unread }))
 	p.Counter("lattrace_http2_connection_exchanges_replaced_total", "connection-level exchanges of HTTP/2 connections dropped for their streams' exchanges", kernel(func(c tracer.Counters) uint64 { return c.H2ConnReplaced }))
 	p.Counter("lattrace_http2_frames_ignored_total", "HTTP/2 frames of streams already written (after a reset) or beyond the open streams a connection may keep", kernel(func(c tracer.Counters) uint64 { return c.H2Ignored }))
+	p.Counter("lattrace_exchanges_replayed_unsure_total", "exchanges a daemon restarted after a kill gave an output again that the killed daemon may have delivered (an acknowledgement in flight at the kill)", kernel(func(c tracer.Counters) uint64 { return c.ReplayedUnsure }))
 	p.Counter("lattrace_released_unsynced_total", "times records were released to the kernel before every output made them durable (a slow backend held half the ring)", kernel(func(c tracer.Counters) uint64 { return c.ReleasedUnsynced }))
 	p.Counter("lattrace_flows_evicted_total", "flows evicted because the aggregator was full", func() float64 { return float64(d.agg.Stats().FlowsEvicted) })
 	p.Gauge("lattrace_flows_packed", "flows held packed: not updated since the most recently updated ones (--active-flows) were", func() float64 { return float64(d.agg.Stats().PackedFlows) })
+	guard := func(f func(memguard.Stats) float64) func() float64 {
+		return func() float64 { return f(d.guard.Stats()) }
+	}
+	p.Gauge("lattrace_memory_limit_bytes", "the memory limit the daemon keeps under (its cgroup's, or --memory-limit-mib); 0: none", guard(func(s memguard.Stats) float64 { return float64(s.Limit) }))
+	p.Gauge("lattrace_memory_working_set_bytes", "what counts against that limit: the cgroup's working set, BPF maps included", guard(func(s memguard.Stats) float64 { return float64(s.WorkingSet) }))
+	p.Gauge("lattrace_memory_go_limit_bytes", "the Go runtime's memory limit as the daemon last set it (0: not set, GOMEMLIMIT from the environment or no limit)", guard(func(s memguard.Stats) float64 { return float64(s.GoLimit) }))
+	p.Gauge("lattrace_memory_shed_step", "what is being shed for memory: 0 nothing, 1 the history of recent exchanges, 2 flows too, 3 new sockets not followed too", guard(func(s memguard.Stats) float64 { return float64(s.Level) }))
+	p.Counter("lattrace_history_shed_total", "exchanges dropped from the history of recent exchanges for memory", guard(func(s memguard.Stats) float64 { return float64(s.HistoryShed) }))
+	p.Counter("lattrace_flows_shed_total", "flows dropped with their statistics for memory (their peer pairs keep theirs)", guard(func(s memguard.Stats) float64 { return float64(s.FlowsShed) }))
+	p.Counter("lattrace_sockets_unfollowed_total", "connection ends born while new sockets were not followed, for memory", kernel(func(c tracer.Counters) uint64 { return c.SocketsUnfollowed }))
 	p.Counter("lattrace_flows_pack_errors_total", "flows dropped because their packed state did not decode", func() float64 { return float64(d.agg.Stats().PackErrors) })
 	if x := d.otlp; x != nil {
-		p.Counter("lattrace_spans_dropped_queue_total", "sampled exchanges whose spans were dropped: the oldest waiting when the export queue was full", func() float64 { return float64(x.Stats().DroppedQueue) })
-		p.Counter("lattrace_spans_dropped_slow_budget_total", "slow or diagnosed exchanges not exported: over --span-slow-rate", func() float64 { return float64(x.Stats().SlowOverBudget) })
-		p.Counter("lattrace_spans_sampled_slow_total", "exchanges exported as spans for being at or above --span-slow-threshold", func() float64 { return float64(x.Stats().SampledSlow) })
-		p.Counter("lattrace_spans_sampled_diagnosed_total", "exchanges below --span-slow-threshold exported as spans for a warning or critical diagnosis", func() float64 { return float64(x.Stats().SampledDiagnosed) })
-		p.Counter("lattrace_spans_sampled_rate_total", "exchanges exported as spans by the rate sample (--span-rate, --span-ratio)", func() float64 { return float64(x.Stats().SampledRate) })
+		p.Counter("lattrace_spans_sampled_slow_total", "exchanges sampled as spans for being at or above --span-slow-threshold", func() float64 { return float64(x.Stats().SampledSlow) })
+		p.Counter("lattrace_spans_sampled_diagnosed_total", "exchanges below --span-slow-threshold sampled as spans for a warning or critical diagnosis", func() float64 { return float64(x.Stats().SampledDiagnosed) })
+		p.Counter("lattrace_spans_sampled_rate_total", "exchanges sampled as spans by the rate sample (--span-rate, --span-ratio)", func() float64 { return float64(x.Stats().SampledRate) })
+		p.Counter("lattrace_exchanges_exported_total", "exchanges whose spans the OTLP receiver accepted", func() float64 { return float64(x.Stats().ExchangesExported) })
+		p.Counters("lattrace_exchanges_unexported_total", "exchanges not exported as spans, by reason: not_sampled and slow_budget by the sampler; no_timeline, queue_full (made room for a newer or more important one), rejected (the backend refused the content) and shutdown (still queued at the stop) among the sampled",
+			"reason", otlp.DropReasons[:], func() []float64 {
+				st := x.Stats()
+				out := make([]float64, len(st.Unexported))
+				for i, n := range st.Unexported {
+					out[i] = float64(n)
+				}
+				return out
+			})
 		p.Counter("lattrace_spans_exported_total", "spans the OTLP receiver accepted: this node's load on a collector or gateway", func() float64 { return float64(x.Stats().SpansExported) })
 		p.Gauge("lattrace_export_queue_spans", "spans waiting for export", func() float64 { return float64(x.Stats().QueueDepth) })
-		p.Counter("lattrace_export_errors_total", "failed OTLP exports", func() float64 { return float64(x.Stats().ExportErrors + x.Stats().MetricErrors) })
+		p.Gauge("lattrace_export_queue_exchanges", "exchanges waiting for export", func() float64 { return float64(x.Stats().QueueExchanges) })
+		p.Counters("lattrace_export_errors_total", "failed OTLP export attempts, by signal (a batch of spans that failed waits in the queue and is tried again)",
+			"signal", []string{"spans", "metrics"}, func() []float64 {
+				st := x.Stats()
+				return []float64{float64(st.ExportErrors), float64(st.MetricErrors)}
+			})
 	}
 	if j := d.jsonl; j != nil {
 		p.Counter("lattrace_jsonl_dropped_total", "records not written to the JSON lines output", func() float64 { return float64(j.Dropped()) })
@@ -154,15 +183,17 @@ func (d *Daemon) logStopped() {
 // drops counts what the kernel side could not record or hand over. A path
 // slot taken over (PathFull) loses RTT history, not records.
 func drops(c tracer.Counters) uint64 {
-	return c.RingbufFull + c.StorageFail + c.DecodeErrors
+	return c.RingbufFull + c.StorageFail + c.DecodeErrors + c.UnwrittenAtStop
 }
 
 func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a aggregate.Counters) {
 	d.log.Log(context.Background(), level, msg, "records_submitted", c.Submitted, "records_decoded", c.Decoded, "exchanges", c.Exchanges,
 		"ringbuf_full", c.RingbufFull, "storage_fail", c.StorageFail, "decode_errors", c.DecodeErrors,
 		"path_entry_failures", c.PathFull, "sockets_without_tx_timestamps", c.TstampOff, "released_unsynced", c.ReleasedUnsynced,
-		"exchanges_idle_written", c.IdleWritten, "exchanges_unfinished", c.Unfinished, "netns_unswept", c.NetnsUnswept, "http2_unsynced", c.H2Unsynced,
+		"replayed_unsure", c.ReplayedUnsure,
+		"exchanges_idle_written", c.IdleWritten, "exchanges_unfinished", c.Unfinished, "exchanges_unwritten_at_stop", c.UnwrittenAtStop, "netns_unswept", c.NetnsUnswept, "http2_unsynced", c.H2Unsynced,
 		"http2_streams", c.H2Streams, "http2_connection_exchanges_replaced", c.H2ConnReplaced, "http2_frames_unplaced", c.H2Unplaced,
 		"http2_streams_unread", c.H2Unread, "http2_frames_ignored", c.H2Ignored,
-		"flows", a.Flows, "flows_packed", a.PackedFlows, "flows_evicted", a.FlowsEvicted)
+		"flows", a.Flows, "flows_packed", a.PackedFlows, "flows_evicted", a.FlowsEvicted, "flows_shed", a.FlowsShed,
+		"sockets_unfollowed", c.SocketsUnfollowed)
 }

@@ -144,16 +144,11 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, memlock bool) {
 		t.Errorf("tolerations %+v: want to run on every node", pod.Tolerations)
 	}
 	c := pod.Containers[0]
-	sc := c.SecurityContext
-	want := []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN"}
+	want := slices.Clone(chartCapabilities)
 	if memlock {
 		want = append(want, "SYS_RESOURCE")
 	}
-	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
-		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
-		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, want) {
-		t.Errorf("security context %+v, capabilities %+v: want not privileged, read-only root, drop ALL, add %v", sc, sc.Capabilities, want)
-	}
+	checkSecurity(t, c.SecurityContext, want)
 	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
 			t.Errorf("probe %+v: want /healthz on the metrics port", p)
@@ -229,5 +224,64 @@ func TestMetricsPort(t *testing.T) {
 	args := append(slices.Clone(templateArgs), "--set", "config.metrics_addr=127.0.0.1:1")
 	if out, err := exec.Command(helm(t), args...).CombinedOutput(); err == nil || !strings.Contains(string(out), "set metricsPort") {
 		t.Errorf("config.metrics_addr accepted: %v\n%s", err, out)
+	}
+}
+
+// chartCapabilities are the capabilities every kernel needs
+// (docs/reliability.md#who-may-talk-to-it; tests/e2e runs the daemon with
+// exactly these, and without each).
+var chartCapabilities = []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN"}
+
+// checkSecurity wants the container not privileged, unable to gain
+// privileges, on a read-only root under the runtime's default seccomp
+// profile, with every capability dropped but caps.
+func checkSecurity(t *testing.T, sc *corev1.SecurityContext, caps []corev1.Capability) {
+	t.Helper()
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, caps) {
+		t.Errorf("security context %+v, capabilities %+v: want not privileged, read-only root, RuntimeDefault seccomp, drop ALL, add %v", sc, sc.Capabilities, caps)
+	}
+}
+
+// TestNetnsSweep: the per-namespace sweep's needs are granted only when
+// asked for, each with what needs it: CAP_SYS_ADMIN and the node's
+// /run/netns, then the host's PID namespace with CAP_SYS_PTRACE; extra
+// capabilities come last. The host's network namespace never.
+func TestNetnsSweep(t *testing.T) {
+	for _, c := range []struct {
+		set     []string
+		hostPID bool
+		netns   bool
+		caps    []corev1.Capability
+	}{
+		{nil, false, false, chartCapabilities},
+		{[]string{"netnsSweep.hostPID=true"}, false, false, chartCapabilities},
+		{[]string{"netnsSweep.enabled=true"}, false, true, append(slices.Clone(chartCapabilities), "SYS_ADMIN")},
+		{[]string{"netnsSweep.enabled=true", "netnsSweep.hostPID=true"}, true, true, append(slices.Clone(chartCapabilities), "SYS_ADMIN", "SYS_PTRACE")},
+		{[]string{"capabilities.extra={SYS_RESOURCE}"}, false, false, append(slices.Clone(chartCapabilities), "SYS_RESOURCE")},
+	} {
+		objs, _ := decode(t, render(t, c.set...))
+		for _, o := range objs {
+			ds, ok := o.(*appsv1.DaemonSet)
+			if !ok {
+				continue
+			}
+			pod := ds.Spec.Template.Spec
+			checkSecurity(t, pod.Containers[0].SecurityContext, c.caps)
+			if pod.HostPID != c.hostPID || pod.HostNetwork {
+				t.Errorf("%v: host PID %v, host network %v; want host PID %v, never host network", c.set, pod.HostPID, pod.HostNetwork, c.hostPID)
+			}
+			var mount *corev1.VolumeMount
+			for i, m := range pod.Containers[0].VolumeMounts {
+				if m.MountPath == "/run/netns" {
+					mount = &pod.Containers[0].VolumeMounts[i]
+				}
+			}
+			if (mount != nil) != c.netns || (mount != nil && (!mount.ReadOnly || mount.MountPropagation == nil || *mount.MountPropagation != corev1.MountPropagationHostToContainer)) {
+				t.Errorf("%v: /run/netns mount %+v, want it (read-only, from the host) %v", c.set, mount, c.netns)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,9 @@ type Counters struct {
 	// Expired: dropped after FlowIdle / PeerIdle without records.
 	FlowsExpired uint64 `json:"flows_expired"`
 	PeersExpired uint64 `json:"peers_expired"`
+	// FlowsShed: dropped to give memory back, the daemon near its memory
+	// limit (Shed).
+	FlowsShed uint64 `json:"flows_shed"`
 	// PackErrors counts packed flows that did not decode and were
 	// dropped: a bug if ever above zero.
 	PackErrors uint64 `json:"pack_errors"`
@@ -275,6 +279,7 @@ type Aggregator struct {
 	flowsEvicted, peersEvicted       atomic.Uint64
 	flowsRetired                     atomic.Uint64
 	flowsExpired, peersExpired       atomic.Uint64
+	flowsShed                        atomic.Uint64
 }
 
 // New returns an empty Aggregator bounded by cfg.
@@ -540,11 +545,37 @@ func (a *Aggregator) isPacked(cookie uint64) bool {
 	return ok
 }
 
-// evictFlow makes room in a table of MaxFlows flows: the least recently
-// updated goes, unless a closed flow is only waiting out its grace period,
-// the cheapest loss. Packed flows are older than every unpacked one.
+// evictFlow makes room in a table of MaxFlows flows (dropOldest).
 func (a *Aggregator) evictFlow() {
 	a.flowsEvicted.Add(1)
+	a.dropOldest()
+}
+
+// Shed drops the given share of the flows, the least recently updated
+// (dropOldest), with their statistics, to give memory back when the
+// daemon nears its memory limit (daemon/memguard); their peer pairs keep
+// what they counted, and a flow dropped starts anew at its next record.
+// The spare entries kept for reuse go too. It returns how many flows
+// went, also counted in Counters.FlowsShed.
+func (a *Aggregator) Shed(share float64) int {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	share = min(max(share, 0), 1)
+	n := min(int(math.Ceil(share*float64(len(a.flows)+len(a.packed)))), len(a.flows)+len(a.packed))
+	for range n {
+		a.dropOldest()
+	}
+	a.freeFlows = nil
+	// Dropping from the front keeps the array: copy what is left.
+	a.packOrder = slices.Clone(a.packOrder)
+	a.flowsShed.Add(uint64(n))
+	return n
+}
+
+// dropOldest drops the least recently updated flow, unless a closed flow
+// is only waiting out its grace period, the cheapest loss. Packed flows
+// are older than every unpacked one.
+func (a *Aggregator) dropOldest() {
 	if v := a.flowClosed.tail; v != nil {
 		a.removeFlow(v)
 		return
@@ -877,9 +908,22 @@ func (a *Aggregator) unpacked(p *packedFlow, scratch *flowEntry) (FlowStats, boo
 	return scratch.snapshotLocked(&a.flowSC), true
 }
 
-// flowByCookie is the snapshot of the flow of a cookie, packed or not. The
-// two maps are read at once: a flow is always in one of them.
+// flowByCookie is the snapshot of the flow of a cookie, packed or not.
 func (a *Aggregator) flowByCookie(cookie uint64) (FlowStats, bool) {
+	var s FlowStats
+	var scratch flowEntry
+	ok := a.flowInto(cookie, &scratch, &s)
+	return s, ok
+}
+
+// FlowByCookie is the snapshot of the flow whose socket has that cookie
+// (the API's flow id).
+func (a *Aggregator) FlowByCookie(cookie uint64) (FlowStats, bool) { return a.flowByCookie(cookie) }
+
+// flowInto takes the snapshot of the flow of a cookie into s, a packed one
+// decoded through scratch. The two maps are read at once: a flow is always
+// in one of them.
+func (a *Aggregator) flowInto(cookie uint64, scratch *flowEntry, s *FlowStats) bool {
 	for {
 		a.mu.RLock()
 		e := a.flows[cookie]
@@ -891,15 +935,33 @@ func (a *Aggregator) flowByCookie(cookie uint64) (FlowStats, bool) {
 		a.mu.RUnlock()
 		switch {
 		case e != nil:
-			if s, ok := snapshotOf[FlowStats](r, &a.flowSC); ok {
-				return s, true
+			var ok bool
+			if *s, ok = snapshotOf[FlowStats](r, &a.flowSC); ok {
+				return true
 			}
 			// Packed or removed since: look again.
 		case packed:
-			var scratch flowEntry
-			return a.unpacked(&p, &scratch)
+			var ok bool
+			*s, ok = a.unpacked(&p, scratch)
+			return ok
 		default:
-			return FlowStats{}, false
+			return false
+		}
+	}
+}
+
+// EachFlow calls fn with the snapshot of every flow, packed ones included,
+// in no particular order, until fn returns false. The snapshot is reused:
+// what fn keeps of it, it copies. So the memory of a pass is that of one
+// flow, whatever their number: the API answers a node of a hundred
+// thousand connections from a daemon under a memory limit (Flows makes
+// every snapshot at once, a kilobyte and more each).
+func (a *Aggregator) EachFlow(fn func(*FlowStats) bool) {
+	var scratch flowEntry
+	var s FlowStats
+	for _, c := range a.cookies() {
+		if a.flowInto(c, &scratch, &s) && !fn(&s) {
+			return
 		}
 	}
 }
@@ -1009,5 +1071,6 @@ func (a *Aggregator) Stats() Counters {
 		FlowsRetired: a.flowsRetired.Load(),
 		FlowsExpired: a.flowsExpired.Load(),
 		PeersExpired: a.peersExpired.Load(),
+		FlowsShed:    a.flowsShed.Load(),
 	}
 }

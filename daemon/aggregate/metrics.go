@@ -503,6 +503,12 @@ func (m *metrics) summary(c *sketchCfg, k int) Summary {
 	return s
 }
 
+// durationQuantiles are the duration's p50 and p99, as snapshot gives
+// them; m must be folded.
+func (m *metrics) durationQuantiles(c *sketchCfg) (p50, p99 time.Duration) {
+	return m.sk[skDuration].quantile(c, 0.50), m.sk[skDuration].quantile(c, 0.99)
+}
+
 // snapshot summarizes m; it folds pending values, so it needs the same
 // lock as add.
 func (m *metrics) snapshot(c *sketchCfg) Metrics {

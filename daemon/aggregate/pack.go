@@ -34,7 +34,10 @@ type packedFlow struct {
 	// peer and peerGen are the flow's pair as livePeer checks it.
 	peer    *peerEntry
 	peerGen uint64
-	b       []byte
+	// p50 and p99 are the duration's quantiles, which a list orders by
+	// (FlowRow): computing them means decoding the sketches.
+	p50, p99 time.Duration
+	b        []byte
 }
 
 // pack encodes f, in scratch (returned for the next call); the caller
@@ -46,6 +49,7 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 		ownerK8s: f.owner.K8s, peerK8s: f.peerK8s,
 		peer: f.peer, peerGen: f.peerGen,
 	}
+	p.p50, p.p99 = f.m.durationQuantiles(c)
 	if f.closed {
 		cl := f.close
 		p.close = &cl
@@ -127,6 +131,42 @@ func (p *packedFlow) key() (record.FlowKey, error) {
 	r := unpacker{b: p.b}
 	k := r.key()
 	return k, r.err
+}
+
+// row decodes what a list filters and orders p by (FlowRow): its bytes up
+// to its scalars, not its sketches.
+func (p *packedFlow) row(out *FlowRow) error {
+	r := unpacker{b: p.b}
+	out.FlowKey = r.key()
+	out.Owner = record.Owner{
+		PID: uint32(r.uint()), TID: uint32(r.uint()), CgroupID: r.uint(),
+		Comm: r.str(), ContainerID: r.str(), K8s: p.ownerK8s,
+	}
+	r.str() // the connection's role
+	side := record.Role(r.str())
+	switch r.uint() {
+	case 0:
+		out.Peer = record.PeerKeyOf(out.Flow, side, &out.Owner)
+	case 1:
+		out.Peer = record.PeerKey{
+			Netns: uint32(r.uint()), Comm: r.str(), CgroupID: r.uint(), Side: record.Role(r.str()),
+			LocalPort: uint16(r.uint()), Remote: r.addr(), RemotePort: uint16(r.uint()),
+		}
+	default:
+		r.fail()
+	}
+	r.uint() // opened
+	r.int()  // connect latency
+	r.int()  // handshake RTT
+	r.uint() // the burst's turns
+	r.uint() // and exchanges
+	out.rate = rateWindow{cur: r.uint(), prev: r.uint(), curAt: record.Mono(r.uint()), prevAt: record.Mono(r.uint()), hasPrev: r.uint() == 1}
+	r.str() // congestion control
+	var sc scalars
+	r.zeroRuns(wordsOf(&sc), scalarFloats)
+	out.setScalars(&sc)
+	out.P50, out.P99 = p.p50, p.p99
+	return r.err
 }
 
 // unpack restores p into f, a reset entry (removeFlow's or a new one).

@@ -167,6 +167,36 @@ func TestPackedFlowsAreLossless(t *testing.T) {
 			t.Fatalf("Flow(%v) = %v, %+v", w.FlowKey, ok, g)
 		}
 	}
+	checkRows(t, small, want)
+}
+
+// checkRows wants each flow's row, packed or not, to be what its snapshot
+// says of the same things.
+func checkRows(t *testing.T, a *Aggregator, flows []FlowStats) {
+	t.Helper()
+	byCookie := map[uint64]*FlowStats{}
+	for i := range flows {
+		byCookie[flows[i].Cookie] = &flows[i]
+	}
+	now := at(100)
+	n := 0
+	a.EachFlowRow(func(r *FlowRow) bool {
+		n++
+		s := byCookie[r.Cookie]
+		if s == nil {
+			t.Errorf("row of flow %d, which has no snapshot", r.Cookie)
+			return true
+		}
+		want := FlowRow{FlowKey: s.FlowKey, Owner: s.Owner, Peer: s.Peer, P50: s.Duration.P50, P99: s.Duration.P99,
+			Exchanges: s.Exchanges, Retransmits: s.Retransmits, Bytes: s.Out.Bytes + s.In.Bytes, TurnsPerExchange: s.Turns.PerExchangeMean, rate: s.rate}
+		if !reflect.DeepEqual(*r, want) || r.RateAt(now) != s.RateAt(now) {
+			t.Errorf("flow %d: row %+v, snapshot says %+v", r.Cookie, *r, want)
+		}
+		return true
+	})
+	if n != len(flows) {
+		t.Errorf("%d rows for %d flows", n, len(flows))
+	}
 }
 
 // Packed flows retire after CloseGrace and expire after FlowIdle like the

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // Errors a client tells apart, to say what to do about them.
@@ -65,7 +66,13 @@ func NewClient(target string) (*Client, error) {
 		}
 		c.base = "http://" + pu.Host
 	}
-	c.hc = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	c.hc = &http.Client{
+		Transport: tr, Timeout: 10 * time.Second,
+		// The API never redirects: an answer that does is not the
+		// daemon's, and following it could take the request off
+		// loopback.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return c, nil
 }
 
@@ -85,7 +92,7 @@ func (c *Client) get(ctx context.Context, path string, v url.Values, out any) er
 		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 			return fmt.Errorf("%w at %s", ErrNoDaemon, c.Target)
 		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
-			return fmt.Errorf("%w on %s: the API socket is root's (run with sudo)", ErrPermission, c.Target)
+			return fmt.Errorf("%w: the API socket %s is root-only (mode 0600); run as root (sudo)", ErrPermission, c.Target)
 		}
 		return fmt.Errorf("API at %s: %w", c.Target, err)
 	}
@@ -98,18 +105,30 @@ func (c *Client) get(ctx context.Context, path string, v url.Values, out any) er
 		var e Error
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			// Not a lattrace answer: something else listens there.
-			return fmt.Errorf("%s answered %s, not as a lattrace API %s: is the address right?", c.Target, resp.Status, Version)
+			return fmt.Errorf("%s answered %s, not as a lattrace API %s: is the address right?", c.Target, printable(resp.Status), Version)
 		}
-		msg := e.Error
+		msg := printable(e.Error)
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", ErrNotFound, msg)
 		}
 		return fmt.Errorf("API answered %d: %s", resp.StatusCode, msg)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("API at %s answered something that is not API %s JSON: %w", c.Target, Version, err)
+		return fmt.Errorf("API at %s answered something that is not API %s JSON: %s", c.Target, Version, printable(err.Error()))
 	}
 	return nil
+}
+
+// printable is text from the other end of the socket made fit for one line
+// on a terminal: its control characters (line breaks, escape sequences)
+// become spaces.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Health asks whether the daemon traces and loses nothing.

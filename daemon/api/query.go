@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
+	"github.com/lattrace/lattrace/record"
 )
 
 // SortKeys are the orders a list can be asked for, largest first.
@@ -84,9 +85,20 @@ func isWord(s string) bool {
 	return true
 }
 
+// maxAddressText is the longest address text isAddress parses: an IPv6
+// address of 45 characters with a zone (an interface's name, 15 at most)
+// in brackets and a port.
+const maxAddressText = 72
+
 // isAddress reports whether s is an IP address or address:port, which
 // may begin with letters (dead::beef).
 func isAddress(s string) bool {
+	// Longer than any address, with its port or prefix length and an IPv6
+	// zone's usual name: not one. netip's errors quote the whole text, and
+	// a long word would cost three of them.
+	if len(s) > maxAddressText {
+		return false
+	}
 	if _, err := netip.ParseAddr(s); err == nil {
 		return true
 	}
@@ -119,6 +131,11 @@ func (f *Filter) set(k, v string) error {
 				return fmt.Errorf("addr %q is not an IP address or prefix", v)
 			}
 			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		// Flows carry IPv4 addresses unmapped: so does a prefix of
+		// IPv4-mapped addresses, or it would match none of them.
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		f.Addr = p.Masked()
 	}
@@ -274,6 +291,13 @@ func (f Filter) MatchFlow(fl *Flow) bool {
 		[]netip.AddrPort{fl.Flow.Local, fl.Flow.Remote}, fl.ID)
 }
 
+// MatchRow reports whether the flow of row r, owned by o (its own owner,
+// or the one its exchange in progress knows), passes the filter.
+func (f Filter) MatchRow(r *aggregate.FlowRow, o *record.Owner, id string) bool {
+	return f.match(o.Comm, o.PID, o.ContainerID, r.Flow.Netns,
+		[]netip.AddrPort{r.Flow.Local, r.Flow.Remote}, id)
+}
+
 // MatchPeer reports whether p passes the filter. A pair has no single
 // process: PID never matches it.
 func (f Filter) MatchPeer(p *Peer) bool {
@@ -341,6 +365,23 @@ func sortValue(m *aggregate.Metrics, rate float64, key string) float64 {
 		return float64(m.Exchanges)
 	}
 	return float64(m.Duration.P99)
+}
+
+// rowSortValue is sortValue for a flow's row.
+func rowSortValue(r *aggregate.FlowRow, rate float64, key string) float64 {
+	switch key {
+	case "p50":
+		return float64(r.P50)
+	case "rate":
+		return rate
+	case "retrans":
+		return float64(r.Retransmits)
+	case "turns":
+		return r.TurnsPerExchange
+	case "exchanges":
+		return float64(r.Exchanges)
+	}
+	return float64(r.P99)
 }
 
 // SortFlows orders flows by key, largest first, ties by id so the order

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,16 +11,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
+	"github.com/lattrace/lattrace/daemon/private"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -52,23 +57,50 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/flows/{id}", s.getFlow)
 	mux.HandleFunc("GET /v1/peers", s.getPeers)
 	mux.HandleFunc("GET /v1/peers/{id}", s.getPeer)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (see docs/api.md: /%s/health, /%s/flows, /%s/peers)", r.Method, r.URL.Path, Version, Version, Version))
-	})
-	return methodsOnly(mux)
+	mux.HandleFunc("/", noEndpoint)
+	return jsonOnly(mux)
 }
 
-// methodsOnly answers anything but GET and HEAD with a JSON 405; the mux's
-// own 405 is plain text.
-func methodsOnly(h http.Handler) http.Handler {
+func noEndpoint(w http.ResponseWriter, r *http.Request) {
+	// The path is the caller's: quoted when it holds control characters,
+	// so the error stays one line.
+	p := r.URL.Path
+	if strings.ContainsFunc(p, unicode.IsControl) {
+		p = strconv.Quote(p)
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (see docs/api.md: /%s/health, /%s/flows, /%s/peers)", r.Method, p, Version, Version, Version))
+}
+
+// jsonOnly answers with JSON what the mux would answer in plain text or
+// HTML: anything but GET and HEAD (the mux's 405), and a path that is not
+// clean, such as /v1/./flows or //v1/flows, which the mux redirects to its
+// clean form. No client of the API writes one.
+func jsonOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: the API is read-only", r.Method))
 			return
 		}
+		if p := r.URL.Path; p != cleanPath(p) {
+			noEndpoint(w, r)
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// cleanPath is p as the mux cleans it before it routes: rooted, without
+// empty, . or .. elements, with its trailing slash.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -77,10 +109,11 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // a client gone away is not the daemon's error
 }
 
-// writeList writes head, a FlowList or PeerList whose list is empty, with
-// list in its place, one entry at a time: a node's tens of thousands of
-// flows are tens of megabytes of JSON, which need not be held at once.
-func writeList[T any](w http.ResponseWriter, head any, list []T) {
+// writeList writes head, whose last field is an empty list, with n entries
+// in its place, each made by at as it is written (one not there any more
+// is left out): a node's tens of thousands of flows are tens of megabytes
+// of JSON, and more of statistics, which need not be held at once.
+func writeList[T any](w http.ResponseWriter, head any, n int, at func(i int) (T, bool)) {
 	b, err := json.Marshal(head)
 	// The head ends with its empty list: `...,"flows":[]}`.
 	if err != nil || !bytes.HasSuffix(b, []byte("[]}")) {
@@ -91,11 +124,17 @@ func writeList[T any](w http.ResponseWriter, head any, list []T) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.Write(b[:len(b)-2])
 	enc := json.NewEncoder(bw)
-	for i := range list {
-		if i > 0 {
+	first := true
+	for i := range n {
+		v, ok := at(i)
+		if !ok {
+			continue
+		}
+		if !first {
 			bw.WriteByte(',')
 		}
-		if enc.Encode(&list[i]) != nil {
+		first = false
+		if enc.Encode(&v) != nil {
 			return // a client gone away is not the daemon's error
 		}
 	}
@@ -115,40 +154,85 @@ func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, h)
 }
 
-// flows snapshots every flow with its rate, split and diagnoses.
-// snapshot is what one answer is made from, read once.
+// snapshot is what one answer is made from: the time and the exchanges in
+// progress, read once, and what a pass over every flow gathers, made only
+// when the answer needs it. A pass holds one flow at a time
+// (aggregate.EachFlow), so an answer's memory is that of its page and of a
+// few words per flow, not of every flow's statistics: the daemon may be
+// under a memory limit with a hundred thousand connections.
 type snapshot struct {
-	now   record.Mono
-	stats []aggregate.FlowStats
-	// recorded indexes stats by cookie; inflight holds the exchanges in
-	// progress now, by cookie.
-	recorded map[uint64]int
+	now record.Mono
+	agg *aggregate.Aggregator
+	// inflight holds the exchanges in progress now, by cookie; ins, in
+	// the tracer's order, is what it points into.
 	inflight map[uint64]*record.InFlight
-	// rates are each flow's exchanges per second, and peerRates their sum
-	// per pair.
-	rates     map[uint64]float64
-	peerRates map[record.PeerKey]float64
-	// movers is every flow with what it moved, the bytes of exchanges in
-	// progress included: a bufferbloat's bulk senders are often still
-	// sending. It is a copy of stats, made the first time a bufferbloat
-	// asks for it (moversOf).
+	ins      []record.InFlight
+	// peerRates sums the flows' rates per pair.
+	peerRates     map[record.PeerKey]float64
+	peerRatesOnce sync.Once
+	// movers are the flows that moved data in bulk, the bytes of their
+	// exchanges in progress included (a bufferbloat's bulk senders are
+	// often still sending): the candidates diagnose.WithBulkSenders names.
 	movers     []aggregate.FlowStats
 	moversOnce sync.Once
-	// ins is the exchanges in progress, in the tracer's order; inflight
-	// points into it.
-	ins []record.InFlight
 }
 
-// moversOf is sn.movers, made on first use.
+func (s *Server) snapshot() *snapshot {
+	sn := &snapshot{now: record.Now(), agg: s.agg, inflight: map[uint64]*record.InFlight{}}
+	// A socket with nothing in progress comes with a zero start.
+	sn.ins = slices.DeleteFunc(s.inflight(), func(in record.InFlight) bool { return in.Start == 0 })
+	for i := range sn.ins {
+		sn.inflight[sn.ins[i].Cookie] = &sn.ins[i]
+	}
+	return sn
+}
+
+// peerRatesOf is sn.peerRates, made on first use.
+func (sn *snapshot) peerRatesOf() map[record.PeerKey]float64 {
+	sn.peerRatesOnce.Do(func() {
+		sn.peerRates = map[record.PeerKey]float64{}
+		sn.agg.EachFlowRow(func(r *aggregate.FlowRow) bool {
+			if r.Peer != (record.PeerKey{}) {
+				sn.peerRates[r.Peer] += r.RateAt(sn.now)
+			}
+			return true
+		})
+	})
+	return sn.peerRates
+}
+
+// moversOf is sn.movers, made on first use: a pass over the rows finds
+// them, and only theirs are read whole.
 func (sn *snapshot) moversOf() []aggregate.FlowStats {
 	sn.moversOnce.Do(func() {
-		sn.movers = append([]aggregate.FlowStats(nil), sn.stats...)
+		recorded := map[uint64]bool{}
+		var bulk []uint64
+		sn.agg.EachFlowRow(func(r *aggregate.FlowRow) bool {
+			moved := r.Bytes
+			if f := sn.inflight[r.Cookie]; f != nil {
+				recorded[r.Cookie] = true
+				moved += f.BytesOut + f.BytesIn
+			}
+			if diagnose.MayBeBulk(moved) {
+				bulk = append(bulk, r.Cookie)
+			}
+			return true
+		})
+		for _, cookie := range bulk {
+			m, ok := sn.agg.FlowByCookie(cookie)
+			if !ok {
+				continue
+			}
+			if f := sn.inflight[cookie]; f != nil {
+				m.Out.Bytes += f.BytesOut
+				m.In.Bytes += f.BytesIn
+				m.LastSeen = sn.now
+			}
+			sn.movers = append(sn.movers, m)
+		}
 		for i := range sn.ins {
 			in := &sn.ins[i]
-			if j, ok := sn.recorded[in.Cookie]; ok {
-				sn.movers[j].Out.Bytes += in.BytesOut
-				sn.movers[j].In.Bytes += in.BytesIn
-				sn.movers[j].LastSeen = sn.now
+			if recorded[in.Cookie] || !diagnose.MayBeBulk(in.BytesOut+in.BytesIn) {
 				continue
 			}
 			m := unrecorded(in)
@@ -158,29 +242,6 @@ func (sn *snapshot) moversOf() []aggregate.FlowStats {
 		}
 	})
 	return sn.movers
-}
-
-func (s *Server) snapshot() *snapshot {
-	sn := &snapshot{
-		now: record.Now(), stats: s.agg.Flows(),
-		recorded: map[uint64]int{}, inflight: map[uint64]*record.InFlight{},
-		rates: map[uint64]float64{}, peerRates: map[record.PeerKey]float64{},
-	}
-	for i := range sn.stats {
-		st := &sn.stats[i]
-		sn.recorded[st.Cookie] = i
-		r := st.RateAt(sn.now)
-		sn.rates[st.Cookie] = r
-		if st.Peer != (record.PeerKey{}) {
-			sn.peerRates[st.Peer] += r
-		}
-	}
-	// A socket with nothing in progress comes with a zero start.
-	sn.ins = slices.DeleteFunc(s.inflight(), func(in record.InFlight) bool { return in.Start == 0 })
-	for i := range sn.ins {
-		sn.inflight[sn.ins[i].Cookie] = &sn.ins[i]
-	}
-	return sn
 }
 
 // unrecorded is the statistics of a connection known only by its exchange
@@ -193,27 +254,101 @@ func unrecorded(in *record.InFlight) aggregate.FlowStats {
 	}
 }
 
-// flows is every flow with its rate, split and exchange in progress, and
-// the flows known only by one: nothing that is moving is missing. Their
-// diagnoses and peer ids are the caller's to add (finish).
-func (s *Server) flows(sn *snapshot) []Flow {
-	out := make([]Flow, 0, len(sn.stats)+len(sn.inflight))
-	for i := range sn.stats {
-		out = append(out, s.flowRow(&sn.stats[i], sn))
-	}
-	for cookie, in := range sn.inflight {
-		if _, ok := sn.recorded[cookie]; !ok {
-			st := unrecorded(in)
-			out = append(out, s.flowRow(&st, sn))
-		}
-	}
-	return out
+// listKey is what a list keeps of each flow it orders: its order and
+// where to find it again.
+type listKey struct {
+	v      float64
+	id     string
+	cookie uint64
 }
 
-// flowByCookie is one flow of flows, built alone.
+// before orders list keys: largest value first, ties by id, so the order
+// is stable from one refresh to the next (SortFlows).
+func (k listKey) before(o listKey) bool {
+	return k.v > o.v || (k.v == o.v && k.id < o.id)
+}
+
+// topKeys keeps the first limit keys of those it is given (all with limit
+// 0), in a heap whose root is the last of them.
+type topKeys struct {
+	limit int
+	keys  []listKey
+}
+
+func (t *topKeys) Len() int           { return len(t.keys) }
+func (t *topKeys) Less(i, j int) bool { return t.keys[j].before(t.keys[i]) }
+func (t *topKeys) Swap(i, j int)      { t.keys[i], t.keys[j] = t.keys[j], t.keys[i] }
+func (t *topKeys) Push(x any)         { t.keys = append(t.keys, x.(listKey)) }
+func (t *topKeys) Pop() any {
+	k := t.keys[len(t.keys)-1]
+	t.keys = t.keys[:len(t.keys)-1]
+	return k
+}
+
+func (t *topKeys) add(k listKey) {
+	switch {
+	case t.limit <= 0:
+		t.keys = append(t.keys, k)
+	case len(t.keys) < t.limit:
+		heap.Push(t, k)
+	case k.before(t.keys[0]):
+		t.keys[0] = k
+		heap.Fix(t, 0)
+	}
+}
+
+// sorted is the keys kept, in list order.
+func (t *topKeys) sorted() []listKey {
+	slices.SortFunc(t.keys, func(a, b listKey) int {
+		if a.before(b) {
+			return -1
+		}
+		if b.before(a) {
+			return 1
+		}
+		return 0
+	})
+	return t.keys
+}
+
+// selectFlows passes over every flow's row (aggregate.EachFlowRow), and
+// the flows known only by an exchange in progress, keeping the keys of
+// those match keeps, the first limit of them in sort's order; total is
+// how many matched. A flow whose own owner is not known yet is filtered
+// by the one its exchange in progress knows, as its answer shows it.
+func (s *Server) selectFlows(sn *snapshot, sort string, limit int, match func(r *aggregate.FlowRow, o *record.Owner, id string) bool) (keys []listKey, total int) {
+	top := &topKeys{limit: limit}
+	recorded := map[uint64]bool{}
+	consider := func(r *aggregate.FlowRow) {
+		o := &r.Owner
+		if in := sn.inflight[r.Cookie]; in != nil {
+			recorded[r.Cookie] = true
+			if !o.Known() {
+				o = &in.Owner
+			}
+		}
+		id := strconv.FormatUint(r.Cookie, 10)
+		if match(r, o, id) {
+			total++
+			top.add(listKey{rowSortValue(r, r.RateAt(sn.now), sort), id, r.Cookie})
+		}
+	}
+	s.agg.EachFlowRow(func(r *aggregate.FlowRow) bool {
+		consider(r)
+		return true
+	})
+	for cookie, in := range sn.inflight {
+		if !recorded[cookie] {
+			consider(&aggregate.FlowRow{FlowKey: record.FlowKey{Flow: in.Flow, Cookie: in.Cookie}, Owner: in.Owner})
+		}
+	}
+	return top.sorted(), total
+}
+
+// flowByCookie is one flow's answer, built alone.
 func (s *Server) flowByCookie(sn *snapshot, cookie uint64) (Flow, bool) {
-	if i, ok := sn.recorded[cookie]; ok {
-		return s.flow(&sn.stats[i], sn), true
+	if st, ok := s.agg.FlowByCookie(cookie); ok {
+		return s.flow(&st, sn), true
 	}
 	if in, ok := sn.inflight[cookie]; ok {
 		st := unrecorded(in)
@@ -237,19 +372,20 @@ func diagnoses(ds []record.Diagnosis, m *aggregate.Metrics, sn *snapshot) []reco
 
 // flow makes st's answer.
 func (s *Server) flow(st *aggregate.FlowStats, sn *snapshot) Flow {
-	f := s.flowRow(st, sn)
+	var f Flow
+	s.flowRowInto(&f, st, sn)
 	s.finish(&f, sn)
 	return f
 }
 
-// flowRow is st's answer but its diagnoses and peer id: what filtering and
-// sorting a list read, made for every flow of a node; finish completes the
-// rows a list returns.
-func (s *Server) flowRow(st *aggregate.FlowStats, sn *snapshot) Flow {
-	f := Flow{
+// flowRowInto makes in f st's answer but its diagnoses and peer id: what
+// filtering and sorting a list read, made for every flow of a node;
+// finish completes the rows a list returns.
+func (s *Server) flowRowInto(f *Flow, st *aggregate.FlowStats, sn *snapshot) {
+	*f = Flow{
 		ID:        strconv.FormatUint(st.Cookie, 10),
 		FlowStats: *st,
-		Rate:      sn.rates[st.Cookie],
+		Rate:      st.RateAt(sn.now),
 		Split:     st.Metrics.ComponentMeans.Split(),
 	}
 	f.Dominant = f.Split.Dominant()
@@ -261,7 +397,6 @@ func (s *Server) flowRow(st *aggregate.FlowStats, sn *snapshot) Flow {
 			f.Owner = in.Owner
 		}
 	}
-	return f
 }
 
 // finish adds what flowRow leaves out.
@@ -287,7 +422,7 @@ func (s *Server) peer(st *aggregate.PeerStats, sn *snapshot) Peer {
 	p := Peer{
 		ID:        st.PeerKey.ID(),
 		PeerStats: *st,
-		Rate:      sn.peerRates[st.PeerKey],
+		Rate:      sn.peerRatesOf()[st.PeerKey],
 		Split:     st.Metrics.ComponentMeans.Split(),
 		Diagnoses: diagnoses(diagnose.OfPair(st), &st.Metrics, sn),
 	}
@@ -310,12 +445,13 @@ func (s *Server) getFlows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn := s.snapshot()
-	out := q.selectFlows(s.flows(sn))
-	page := limited(out, q.Limit)
-	for i := range page {
-		s.finish(&page[i], sn)
-	}
-	writeList(w, FlowList{APIVersion: Version, Now: sn.now, Total: len(out), Flows: []Flow{}}, page)
+	// Each flow of the page is read again as it is written: one that
+	// went in between (closed, evicted) is left out, so a page may be a
+	// row or two short of what total, counted at the selection, says.
+	keys, total := s.selectFlows(sn, q.Sort, q.Limit, q.Filter.MatchRow)
+	writeList(w, FlowList{APIVersion: Version, Now: sn.now, Total: total, Flows: []Flow{}}, len(keys), func(i int) (Flow, bool) {
+		return s.flowByCookie(sn, keys[i].cookie)
+	})
 }
 
 func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
@@ -346,7 +482,8 @@ func (s *Server) getPeers(w http.ResponseWriter, r *http.Request) {
 	}
 	sn := s.snapshot()
 	out := q.Peers(s.peers(sn))
-	writeList(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: []Peer{}}, limited(out, q.Limit))
+	page := limited(out, q.Limit)
+	writeList(w, PeerList{APIVersion: Version, Now: sn.now, Total: len(out), Peers: []Peer{}}, len(page), func(i int) (Peer, bool) { return page[i], true })
 }
 
 func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
@@ -356,23 +493,19 @@ func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		sn := s.snapshot()
-		flows := []Flow{}
-		for i := range sn.stats {
-			if sn.stats[i].Peer == st.PeerKey {
-				flows = append(flows, s.flow(&sn.stats[i], sn))
-			}
-		}
-		SortFlows(flows, DefaultSort)
-		writeJSON(w, PeerDetail{APIVersion: Version, Now: sn.now, Peer: s.peer(&st, sn), Flows: flows})
+		keys, _ := s.selectFlows(sn, DefaultSort, 0, func(r *aggregate.FlowRow, _ *record.Owner, _ string) bool { return r.Peer == st.PeerKey })
+		writeList(w, PeerDetail{APIVersion: Version, Now: sn.now, Peer: s.peer(&st, sn), Flows: []Flow{}}, len(keys), func(i int) (Flow, bool) {
+			return s.flowByCookie(sn, keys[i].cookie)
+		})
 		return
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("no peer pair %s: it expired or was never seen (ids are in the id column of /%s/peers)", id, Version))
 }
 
-// Listen opens the API's listeners: the Unix socket at socket (mode 0600,
-// in a directory only root can enter when lattrace creates it) and, when
-// tcpAddr is set, a loopback TCP port. The API has no authentication, so
-// TCP is refused on anything but loopback.
+// Listen opens the API's listeners: the Unix socket at socket and, when
+// tcpAddr is set, a loopback TCP port. The API has no authentication: the
+// socket is the daemon's user's alone (mode 0600, in a directory only that
+// user can change), and TCP is refused on anything but loopback.
 func Listen(socket, tcpAddr string) ([]net.Listener, error) {
 	var ls []net.Listener
 	if socket != "" {
@@ -383,19 +516,10 @@ func Listen(socket, tcpAddr string) ([]net.Listener, error) {
 		ls = append(ls, l)
 	}
 	if tcpAddr != "" {
-		host, _, err := net.SplitHostPort(tcpAddr)
+		l, err := listenLoopback(tcpAddr)
 		if err != nil {
 			closeAll(ls)
-			return nil, fmt.Errorf("API address %q: %w", tcpAddr, err)
-		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			closeAll(ls)
-			return nil, fmt.Errorf("API address %q is not loopback: the API has no authentication, so it is served on 127.0.0.1 or ::1 only", tcpAddr)
-		}
-		l, err := net.Listen("tcp", tcpAddr)
-		if err != nil {
-			closeAll(ls)
-			return nil, fmt.Errorf("API address: %w", err)
+			return nil, err
 		}
 		ls = append(ls, l)
 	}
@@ -408,12 +532,49 @@ func closeAll(ls []net.Listener) {
 	}
 }
 
+// CheckAddr checks that addr, the API's TCP address, is a loopback
+// host:port.
+func CheckAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("API address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return notLoopback(addr)
+	}
+	return nil
+}
+
+func notLoopback(addr string) error {
+	return fmt.Errorf("API address %q is not loopback: the API has no authentication, so it is served on 127.0.0.1 or ::1 only", addr)
+}
+
+// listenLoopback listens on addr, a loopback host:port. A name is checked
+// where it was bound too: "localhost" is whatever /etc/hosts says.
+func listenLoopback(addr string) (net.Listener, error) {
+	if err := CheckAddr(addr); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("API address: %w", err)
+	}
+	if a, ok := l.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		l.Close()
+		return nil, notLoopback(addr)
+	}
+	return l, nil
+}
+
+// listenUnix listens on the socket at path, mode 0600. Its directory is
+// created (0700) when missing and must be one no other user can change: a
+// user who could would swap the socket for one of their own, which root's
+// clients would then talk to, or for a link that would have the daemon
+// remove or change another file.
 func listenUnix(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("API socket directory: %w", err)
-		}
+	if err := private.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("API socket directory: %w; remove it or choose another --api-socket", err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
@@ -437,6 +598,8 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API socket: %w", err)
 	}
+	// A default ACL on the directory overrides the umask; the directory
+	// is the daemon's own, so the name is still its socket.
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("API socket: %w", err)

@@ -50,7 +50,7 @@ func exchange(cookie uint64, local, remote, comm string, t record.Mono, network,
 
 // fixture serves three flows: curl to a slow app (80 ms think over 20 ms),
 // wget to a far but immediate one (60 ms), and an IPv6 flow.
-func fixture(t *testing.T) (*Server, http.Handler) {
+func fixture(t testing.TB) (*Server, http.Handler) {
 	t.Helper()
 	agg := aggregate.New(aggregate.Config{})
 	hist := history.New(history.Config{})
@@ -419,5 +419,24 @@ func TestSortFlowsPermutes(t *testing.T) {
 				t.Fatalf("position %d: %s/%d, want %s/%d", i, flows[i].ID, flows[i].Exchanges, want[i].ID, want[i].Exchanges)
 			}
 		}
+	}
+}
+
+// An answer that redirects is not the daemon's: the client says so and
+// goes nowhere else, so a process on the API's port cannot send it off
+// loopback.
+func TestClientFollowsNoRedirect(t *testing.T) {
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the client followed a redirect")
+	}))
+	defer elsewhere.Close()
+	redirecting := httptest.NewServer(http.RedirectHandler(elsewhere.URL+"/v1/health", http.StatusFound))
+	defer redirecting.Close()
+	c, err := NewClient(redirecting.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(context.Background()); err == nil || !strings.Contains(err.Error(), "answered 302 Found, not as a lattrace API") {
+		t.Errorf("a redirect: %v", err)
 	}
 }

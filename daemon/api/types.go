@@ -159,9 +159,19 @@ type KernelCounters struct {
 	// ReplaySkipped counts records a restarted daemon withheld from an
 	// output because the killed one had written them already.
 	ReplaySkipped uint64 `json:"replay_skipped,omitempty"`
+	// ReplayedUnsure counts exchanges a restarted daemon gave an output
+	// again that the killed one may have delivered (an acknowledgement in
+	// flight at the kill): that output may hold them twice.
+	ReplayedUnsure uint64 `json:"replayed_unsure,omitempty"`
 	// ReleasedUnsynced counts the times records went back to the kernel
 	// before a slow output had made them durable.
 	ReleasedUnsynced uint64 `json:"released_unsynced,omitempty"`
+	// UnwrittenAtStop counts exchanges in progress at the stop that the
+	// ring had no room for however often it was drained.
+	UnwrittenAtStop uint64 `json:"unwritten_at_stop,omitempty"`
+	// SocketsUnfollowed counts connection ends born while new sockets
+	// were not followed, the daemon's memory near its limit.
+	SocketsUnfollowed uint64 `json:"sockets_unfollowed,omitempty"`
 }
 
 // Error is the body of every 4xx and 5xx answer.

@@ -719,6 +719,10 @@ func flag(name string, b bool) record.Evidence {
 // bulkBytes is how much a flow must have moved to count as a bulk sender.
 const bulkBytes = 1 << 20
 
+// MayBeBulk tells whether a flow that moved that many bytes may be named
+// among BulkSenders: what a caller keeps of a node's flows for them.
+func MayBeBulk(moved uint64) bool { return moved >= bulkBytes }
+
 // BulkSenders returns the flows that moved data in bulk while the victim's
 // exchanges ran (their active time overlaps the victim's), the largest
 // first: the likely fillers of a queue the victim waits in. flows should

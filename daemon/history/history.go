@@ -147,6 +147,23 @@ func (h *History) forget(f *flow) {
 	}
 }
 
+// Shed forgets every flow's exchanges, to give their memory back when the
+// daemon nears its memory limit (daemon/memguard), rings and spare flows
+// included; it returns how many exchanges went. The flows' statistics are
+// the aggregate's, and stay.
+func (h *History) Shed() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, f := range h.flows {
+		n += len(f.ring)
+	}
+	clear(h.flows)
+	h.lru.Init()
+	h.free = nil
+	return n
+}
+
 // Len is how many flows are remembered.
 func (h *History) Len() int {
 	h.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/pipeline"
+	"github.com/lattrace/lattrace/daemon/private"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/recording"
 	"github.com/lattrace/lattrace/record"
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config, msgs io.Writer) error {
 	path, duration, sampling, opts := cfg.Out, cfg.Duration, cfg.Sampling, cfg.Tracer
 	// The file first: a path that cannot be written fails before
 	// anything is loaded into the kernel.
-	file, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	file, err := private.Create(path, os.O_TRUNC)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}

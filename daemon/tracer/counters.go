@@ -39,12 +39,25 @@ type Counters struct {
 	// ReplaySkipped counts the deliveries a restarted daemon withheld from
 	// an output because the killed one had already written them (Resume).
 	ReplaySkipped uint64
+	// ReplayedUnsure counts the exchanges a restarted daemon gave an
+	// output again that the killed one may have delivered already: it had
+	// handed them to the output, which had not yet confirmed them (an OTLP
+	// backend's answer in flight at the kill). It bounds the exchanges
+	// that output may hold twice.
+	ReplayedUnsure uint64
 	// ReleasedUnsynced counts the times records were given back to the
 	// kernel before an output (a slow tracing backend) had made them
 	// durable, because they held half the ring: a kill then loses that
 	// output's copy of them. (Holding on instead would make the kernel
 	// drop new records, for every output.)
 	ReleasedUnsynced uint64
+	// UnwrittenAtStop counts exchanges in progress at the daemon's stop
+	// that were not written: the ring stayed full between the sweep's
+	// passes (sweepAtStop).
+	UnwrittenAtStop uint64
+	// SocketsUnfollowed counts connection ends born while new sockets
+	// were not followed, for memory (PauseSockets).
+	SocketsUnfollowed uint64
 }
 
 // Counters reads the per-CPU counters map.
@@ -85,12 +98,35 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.Decoded = t.decoded.Load()
 	c.DecodeErrors = t.decodeErrors.Load()
 	c.ReplaySkipped = t.replaySkipped.Load()
+	c.ReplayedUnsure = t.replayedUnsure.Load()
 	c.ReleasedUnsynced = t.releasedUnsynced.Load()
+	c.UnwrittenAtStop = t.unwrittenAtStop.Load()
 	c.NetnsUnswept = t.unswept.Load()
 	c.H2ConnReplaced = t.h2Replaced.Load()
 	c.H2Streams = t.streams.Stats.Streams.Load()
 	c.H2Unplaced = t.streams.Stats.Unplaced.Load()
 	c.H2Unread = t.streams.Stats.Unread.Load()
 	c.H2Ignored = t.streams.Stats.Ignored.Load()
+	// Last: every counter above is filled even when this fails.
+	var ctl lattraceLtControl
+	if err := t.maps.Maps["control"].Lookup(uint32(lattraceLtControlSlotLT_CONTROL_SEEN), &ctl); err != nil {
+		return c, fmt.Errorf("reading the programs' control: %w", err)
+	}
+	c.SocketsUnfollowed = ctl.SocketsUnfollowed
 	return c, nil
+}
+
+// PauseSockets stops (true) or resumes following sockets the programs have
+// not followed yet: the daemon's memory guard asks for it while its
+// memory cgroup nears its limit, since each followed socket's storage is
+// charged there. Sockets followed already are followed on.
+func (t *Tracer) PauseSockets(paused bool) error {
+	var c lattraceLtControl
+	if paused {
+		c.SocketsPaused = 1
+	}
+	if err := t.maps.Maps["control"].Update(uint32(lattraceLtControlSlotLT_CONTROL_SET), &c, 0); err != nil {
+		return fmt.Errorf("writing the programs' control: %w", err)
+	}
+	return nil
 }

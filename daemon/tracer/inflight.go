@@ -1,6 +1,7 @@
 package tracer
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,11 @@ import (
 var ErrNoInflight = errors.New("exchanges in progress are not available: the socket storage iterator is not attached")
 
 // InFlight reports every followed socket's exchange in progress, read from
-// the kernel now. A record only exists once an exchange ends; this is
-// what the live view shows of a transfer still running.
+// the kernel now: a record only exists once an exchange ends, and this is
+// what the live view shows of a transfer still running. Sockets between
+// exchanges are not in it. The iterator's output is decoded as it is
+// read, so its cost in memory is the answer's, not that of every socket
+// of the node.
 func (t *Tracer) InFlight() ([]record.InFlight, error) {
 	if t.inflight == nil {
 		return nil, ErrNoInflight
@@ -26,14 +30,22 @@ func (t *Tracer) InFlight() ([]record.InFlight, error) {
 		return nil, fmt.Errorf("reading exchanges in progress: %w", err)
 	}
 	defer r.Close()
-	raw, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("reading exchanges in progress: %w", err)
-	}
-	size := int(unsafe.Sizeof(lattraceLtInflight{}))
-	out := make([]record.InFlight, 0, len(raw)/size)
-	for off := 0; off+size <= len(raw); off += size {
-		x, _ := view[lattraceLtInflight](raw[off:])
+	const size = int(unsafe.Sizeof(lattraceLtInflight{}))
+	br := bufio.NewReaderSize(r, 64<<10)
+	raw := make([]byte, size)
+	var out []record.InFlight
+	for {
+		// A read may end inside a record: each is read whole.
+		if _, err := io.ReadFull(br, raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, fmt.Errorf("reading exchanges in progress: %w", err)
+		}
+		x, _ := view[lattraceLtInflight](raw)
+		if x.StartNs == 0 {
+			continue
+		}
 		in := record.InFlight{
 			Cookie:       x.Cookie,
 			Flow:         flow(&x.Flow),
@@ -52,5 +64,4 @@ func (t *Tracer) InFlight() ([]record.InFlight, error) {
 		}
 		out = append(out, in)
 	}
-	return out, nil
 }

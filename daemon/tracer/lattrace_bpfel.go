@@ -16,19 +16,20 @@ import (
 type lattraceH2State struct {
 	_   structs.HostLayout
 	Dir [2]struct {
-		_          structs.HostLayout
-		NextSeq    uint32
-		MaxEnd     uint32
-		Part       uint64
-		Have       uint8
-		On         uint8
-		PendOn     uint8
-		PendType   uint8
-		PendFlags  uint8
-		Pad        [3]uint8
-		PendStream uint32
-		PendSeq    uint32
-		PendT0     uint64
+		_            structs.HostLayout
+		NextSeq      uint32
+		MaxEnd       uint32
+		Part         uint64
+		Have         uint8
+		On           uint8
+		PendOn       uint8
+		PendType     uint8
+		PendFlags    uint8
+		SettingsNext uint8
+		Pad          [2]uint8
+		PendStream   uint32
+		PendSeq      uint32
+		PendT0       uint64
 	}
 	Frames  [11]uint32
 	Flags   uint32
@@ -72,6 +73,21 @@ type lattraceLtConnOpen struct {
 	Role           uint32
 	HandshakeRttUs uint32
 }
+
+type lattraceLtControl struct {
+	_                 structs.HostLayout
+	SocketsPaused     uint32
+	Pad               uint32
+	SocketsUnfollowed uint64
+}
+
+type lattraceLtControlSlot uint32
+
+const (
+	lattraceLtControlSlotLT_CONTROL_SET   lattraceLtControlSlot = 0
+	lattraceLtControlSlotLT_CONTROL_SEEN  lattraceLtControlSlot = 1
+	lattraceLtControlSlotLT_CONTROL_SLOTS lattraceLtControlSlot = 2
+)
 
 type lattraceLtCounter uint32
 
@@ -375,6 +391,7 @@ type lattracePathSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lattraceMapCgroupFilter             = "cgroup_filter"
+	lattraceMapControl                  = "control"
 	lattraceMapCounters                 = "counters"
 	lattraceMapEvents                   = "events"
 	lattraceMapH2socks                  = "h2socks"
@@ -406,9 +423,12 @@ const (
 	lattraceProgLattraceSweepTcp        = "lattrace_sweep_tcp"
 	lattraceProgLattraceXmitFentry      = "lattrace_xmit_fentry"
 	lattraceVarCfg                      = "cfg"
+	lattraceVarSweepDeferred            = "sweep_deferred"
 	lattraceVarSweepStopping            = "sweep_stopping"
 	lattraceVarUnusedLtConnClose        = "unused_lt_conn_close"
 	lattraceVarUnusedLtConnOpen         = "unused_lt_conn_open"
+	lattraceVarUnusedLtControl          = "unused_lt_control"
+	lattraceVarUnusedLtControlSlot      = "unused_lt_control_slot"
 	lattraceVarUnusedLtCounter          = "unused_lt_counter"
 	lattraceVarUnusedLtExchange         = "unused_lt_exchange"
 	lattraceVarUnusedLtExchangeFlag     = "unused_lt_exchange_flag"
@@ -498,6 +518,7 @@ type lattraceProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceMapSpecs struct {
 	CgroupFilter *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	Control      *ebpf.MapSpec `ebpf:"control"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	H2socks      *ebpf.MapSpec `ebpf:"h2socks"`
@@ -510,9 +531,12 @@ type lattraceMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceVariableSpecs struct {
 	Cfg                  *ebpf.VariableSpec `ebpf:"cfg"`
+	SweepDeferred        *ebpf.VariableSpec `ebpf:"sweep_deferred"`
 	SweepStopping        *ebpf.VariableSpec `ebpf:"sweep_stopping"`
 	UnusedLtConnClose    *ebpf.VariableSpec `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.VariableSpec `ebpf:"unused_lt_conn_open"`
+	UnusedLtControl      *ebpf.VariableSpec `ebpf:"unused_lt_control"`
+	UnusedLtControlSlot  *ebpf.VariableSpec `ebpf:"unused_lt_control_slot"`
 	UnusedLtCounter      *ebpf.VariableSpec `ebpf:"unused_lt_counter"`
 	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
@@ -549,6 +573,7 @@ func (o *lattraceObjects) Close() error {
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceMaps struct {
 	CgroupFilter *ebpf.Map `ebpf:"cgroup_filter"`
+	Control      *ebpf.Map `ebpf:"control"`
 	Counters     *ebpf.Map `ebpf:"counters"`
 	Events       *ebpf.Map `ebpf:"events"`
 	H2socks      *ebpf.Map `ebpf:"h2socks"`
@@ -559,6 +584,7 @@ type lattraceMaps struct {
 func (m *lattraceMaps) Close() error {
 	return _LattraceClose(
 		m.CgroupFilter,
+		m.Control,
 		m.Counters,
 		m.Events,
 		m.H2socks,
@@ -572,9 +598,12 @@ func (m *lattraceMaps) Close() error {
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceVariables struct {
 	Cfg                  *ebpf.Variable `ebpf:"cfg"`
+	SweepDeferred        *ebpf.Variable `ebpf:"sweep_deferred"`
 	SweepStopping        *ebpf.Variable `ebpf:"sweep_stopping"`
 	UnusedLtConnClose    *ebpf.Variable `ebpf:"unused_lt_conn_close"`
 	UnusedLtConnOpen     *ebpf.Variable `ebpf:"unused_lt_conn_open"`
+	UnusedLtControl      *ebpf.Variable `ebpf:"unused_lt_control"`
+	UnusedLtControlSlot  *ebpf.Variable `ebpf:"unused_lt_control_slot"`
 	UnusedLtCounter      *ebpf.Variable `ebpf:"unused_lt_counter"`
 	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`

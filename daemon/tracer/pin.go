@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/lattrace/lattrace/daemon/private"
 )
 
 // Pinning keeps the kernel side alive between daemons (restarts, upgrades,
@@ -23,8 +25,8 @@ import (
 // Layout of the directory:
 //
 //	<dir>/socks, h2socks, paths, events, counters,
-//	      cgroup_filter                                   the programs' maps
-//	<dir>/lt_state                                        generation, output cursors
+//	      cgroup_filter, control                          the programs' maps
+//	<dir>/lt_state                                        generation, output cursors and marks
 //	<dir>/links/<program>                                 one link per attached hook
 //
 // A daemon adopts the links as they are when they run the very programs it
@@ -33,8 +35,9 @@ import (
 
 // pinnedMaps are the maps whose contents must survive the daemon: per-socket
 // state (exchanges in progress, HTTP/2 framing), path RTTs, the ring buffer
-// with its unread records, the counters and the cgroup filter.
-var pinnedMaps = []string{"socks", "h2socks", "paths", "events", "counters", "cgroup_filter"}
+// with its unread records, the counters, the cgroup filter and the
+// control element.
+var pinnedMaps = []string{"socks", "h2socks", "paths", "events", "counters", "cgroup_filter", "control"}
 
 const (
 	stateMapName = "lt_state"
@@ -69,8 +72,13 @@ func openPinDir(path string) (*pinDir, error) {
 	if err := checkBPFFS(filepath.Clean(path)); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(path, linksDir), 0o700); err != nil {
-		return nil, fmt.Errorf("pin directory %s: %w", path, err)
+	// The pins are the daemon's (mode 0600); a directory another user
+	// could change would let them unpin, or put in place of a pin
+	// what the daemon then adopts.
+	for _, d := range []string{path, filepath.Join(path, linksDir)} {
+		if err := private.MkdirAll(d); err != nil {
+			return nil, fmt.Errorf("pin directory: %w; remove it or choose another --pin-path", err)
+		}
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -216,25 +224,39 @@ type cursor struct {
 	pos    uint64
 }
 
-func (t *Tracer) loadCursor(name string) cursor {
+// An output's cursor (out:) is how far it wrote everything; its sent mark
+// (sent:) how far the records handed to it may reach (Resume).
+func (t *Tracer) loadCursor(name string) cursor { return t.loadSlot("out:" + name) }
+
+func (t *Tracer) storeCursor(name string, c cursor) error { return t.storeSlot("out:"+name, c) }
+
+func (t *Tracer) loadMark(name string) cursor { return t.loadSlot("sent:" + name) }
+
+func (t *Tracer) storeMark(name string, c cursor) error { return t.storeSlot("sent:"+name, c) }
+
+func (t *Tracer) loadSlot(key string) cursor {
 	var v stateValue
-	if t.state == nil || t.state.Lookup(keyOf("out:"+name), &v) != nil {
+	if t.state == nil || t.state.Lookup(keyOf(key), &v) != nil {
 		return cursor{}
 	}
 	return cursor{ringID: v.A, pos: v.B}
 }
 
-func (t *Tracer) storeCursor(name string, c cursor) error {
+func (t *Tracer) storeSlot(key string, c cursor) error {
 	if t.state == nil {
 		return nil
 	}
-	return t.state.Put(keyOf("out:"+name), stateValue{A: c.ringID, B: c.pos})
+	return t.state.Put(keyOf(key), stateValue{A: c.ringID, B: c.pos})
 }
 
 // Cleanup removes everything a daemon pinned under dir: the links (which
 // detaches the programs) and the maps. It refuses while a daemon holds the
 // directory. It returns what it removed.
 func Cleanup(dir string) ([]string, error) {
+	// Detaching the programs is root's: say so before anything else.
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -242,14 +242,7 @@ func TestResumeAfterKillMidDrain(t *testing.T) {
 	// dies without releasing the records.
 	outA := &durable{}
 	sinkA := a.Resume("test", outA)
-	for {
-		raw, end, ok := a.ring.next()
-		if !ok {
-			break
-		}
-		a.pos = end
-		a.decode(raw, sinkA)
-	}
+	decodeAll(a, sinkA)
 	sinkA.Flush()
 	a.Close()
 	took := ours(outA.exchanges, port)
@@ -302,6 +295,9 @@ func TestResumeAfterKillMidDrain(t *testing.T) {
 	}
 	if len(got) != 10 || len(replayed) != 30 {
 		t.Errorf("next daemon: its output took %d exchanges (want the 10 new ones), its aggregator %d (want 20 again + 10)", len(got), len(replayed))
+	}
+	if counters.ReplayedUnsure != 0 {
+		t.Errorf("replayed_unsure %d: the first daemon's output had confirmed everything it took", counters.ReplayedUnsure)
 	}
 	if counters.ReplaySkipped < uint64(len(took)) {
 		t.Errorf("replay_skipped %d, fewer than the %d exchanges withheld", counters.ReplaySkipped, len(took))
@@ -357,4 +353,94 @@ func isIterator(program string) bool {
 		}
 	}
 	return false
+}
+
+// unconfirmed is an output whose confirmations never come: an OTLP
+// backend that took the spans and whose answer is in flight.
+type unconfirmed struct{ collector }
+
+func (*unconfirmed) Sync(func(error)) {}
+
+// TestResumeCountsUnconfirmed kills a daemon whose output took a drain and
+// had not confirmed it: the next daemon gives that output all of it again,
+// and counts each of those exchanges as possibly repeated, and nothing
+// after them.
+func TestResumeCountsUnconfirmed(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-unconfirmed-%d", os.Getpid())
+	t.Cleanup(func() { Cleanup(dir) })
+	a, err := Open(Options{PinPath: dir})
+	if err != nil {
+		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
+	}
+	first := pingPong(t, 4, 100, 100, 0)
+	time.Sleep(100 * time.Millisecond)
+	outA := &unconfirmed{}
+	sinkA := a.Resume("test", outA)
+	decodeAll(a, sinkA)
+	sinkA.Flush()
+	a.Close()
+	sent := len(outA.exchanges)
+	if len(outA.connExchanges(first)) < 8 {
+		t.Fatalf("the first daemon's output took %d of the 8 exchanges", len(outA.connExchanges(first)))
+	}
+
+	b, err := Open(Options{PinPath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	outB := &durable{}
+	sinkB := b.Resume("test", outB)
+	decodeAll(b, sinkB)
+	unsure := b.replayedUnsure.Load()
+	second := pingPong(t, 3, 100, 100, 0)
+	time.Sleep(100 * time.Millisecond)
+	decodeAll(b, sinkB)
+	if got := len(outB.connExchanges(first)); got != 8 {
+		t.Errorf("the next daemon's output took %d of the 8 unconfirmed exchanges again", got)
+	}
+	if unsure < 8 || unsure > uint64(sent) {
+		t.Errorf("replayed_unsure %d after the replay: want the 8 exchanges of the test's connection, at most the %d the killed daemon handed out", unsure, sent)
+	}
+	if got, after := len(outB.connExchanges(second)), b.replayedUnsure.Load(); got != 6 || after != unsure {
+		t.Errorf("after the replay: the output took %d of 6 new exchanges, replayed_unsure went from %d to %d", got, unsure, after)
+	}
+}
+
+// TestResumeFromCursorPastRing: a cursor in the pinned state map beyond
+// what the ring ever produced (the map written by hand, or by a daemon
+// gone wrong) was never synced: the output resumed from it takes the
+// records, rather than none until the ring gets that far.
+func TestResumeFromCursorPastRing(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/fuzz-cursor-%d", os.Getpid())
+	t.Cleanup(func() { Cleanup(dir) })
+	tr, err := Open(Options{PinPath: dir})
+	if err != nil {
+		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
+	}
+	defer tr.Close()
+	if err := tr.storeCursor("test", cursor{ringID: tr.ringID, pos: 1 << 62}); err != nil {
+		t.Fatal(err)
+	}
+	out := &durable{}
+	sink := tr.Resume("test", out)
+	local := pingPong(t, 3, 100, 100, 0)
+	time.Sleep(100 * time.Millisecond)
+	decodeAll(tr, sink)
+	if got := len(out.connExchanges(local)); got < 3 || tr.replaySkipped.Load() != 0 {
+		t.Errorf("resumed from a cursor at 2^62: the output took %d of the 6 exchanges, %d records withheld", got, tr.replaySkipped.Load())
+	}
+}
+
+// decodeAll hands sink every record the ring holds, as a drain does up to
+// its flush, and releases none of them.
+func decodeAll(tr *Tracer, sink record.Sink) {
+	for {
+		raw, end, ok := tr.ring.next()
+		if !ok {
+			return
+		}
+		tr.pos = end
+		tr.decode(raw, sink)
+	}
 }

@@ -20,18 +20,21 @@ func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 	defer stop()
 	for {
 		stopping := ctx.Err() != nil
-		if stopping && t.opts.PinPath == "" {
+		switch {
+		case stopping && t.opts.PinPath == "":
 			// Detach first, so nothing is submitted after the last drain:
 			// what the kernel holds then is all read, and the exchanges
-			// in progress, written by the last sweep, with it. Pinned
+			// in progress, written by the last sweeps, with it. Pinned
 			// programs stay attached for the next daemon, which reads on
 			// from here and writes them itself.
 			t.detach(false)
-			t.sweepNow(true)
-		} else if !stopping && t.opts.IdleWrite > 0 && time.Since(t.lastSweep) >= t.opts.IdleWrite {
-			t.sweepNow(false)
+			t.sweepAtStop(sink)
+		case !stopping && t.opts.IdleWrite > 0 && time.Since(t.lastSweep) >= t.opts.IdleWrite:
+			t.sweepNow()
+			t.drain(sink)
+		default:
+			t.drain(sink)
 		}
-		t.drain(sink)
 		if stopping {
 			// HTTP/2 streams in progress are written as they stand:
 			// their events are released with this drain.

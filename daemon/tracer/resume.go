@@ -33,6 +33,14 @@ type Durable interface {
 // was not released, and the cursor tells each output which of those it
 // already has.
 //
+// Between handing records to out and the cursor's store lies out's
+// confirmation: an OTLP backend that took a batch whose answer is in
+// flight at the kill has records past the cursor. No output protocol lets
+// the next daemon ask, so before out gets a record past it, a second mark,
+// sent, is stored: an upper bound of what out may have. The next daemon
+// gives out the records between the cursor and that mark again and counts
+// their exchanges (ReplayedUnsure): the bound on what out may hold twice.
+//
 // Without a pin directory there is no next daemon, and Resume returns out
 // as it is.
 func (t *Tracer) Resume(name string, out Durable) record.Sink {
@@ -40,8 +48,14 @@ func (t *Tracer) Resume(name string, out Durable) record.Sink {
 		return out
 	}
 	r := &resumed{t: t, name: name, out: out}
-	if c := t.loadCursor(name); c.ringID == t.ringID && c.pos > t.ring.committed() {
+	// A cursor past what the kernel produced cannot have been synced (a
+	// state map written by hand, or by a daemon gone wrong): followed,
+	// it would withhold every record from out until the ring got there.
+	if c := t.loadCursor(name); c.ringID == t.ringID && c.pos > t.ring.committed() && c.pos <= t.ring.produced() {
 		r.skipTo = c.pos
+	}
+	if m := t.loadMark(name); m.ringID == t.ringID && m.pos > max(r.skipTo, t.ring.committed()) {
+		r.unsureTo = min(m.pos, t.ring.produced())
 	}
 	r.done.Store(t.ring.committed())
 	t.relMu.Lock()
@@ -55,25 +69,54 @@ type resumed struct {
 	name   string
 	out    Durable
 	skipTo uint64 // records ending at or before this position were taken
+	// unsureTo: records ending past skipTo and at or before it may have
+	// reached out from the killed daemon; sent is the mark stored last,
+	// and markFailed says a failed store was logged.
+	unsureTo, sent uint64
+	markFailed     bool
 	// done is the ring position up to which out is finished with the
 	// records: synced, or given up on (a failing backend is not waited
 	// for; its spans wait in its own bounded queue).
 	done atomic.Uint64
 }
 
-// taken tells whether the record being delivered reached out before.
+// taken tells whether the record being delivered reached out before; a
+// record it does not have is about to reach it, and the sent mark is
+// moved past it first.
 func (r *resumed) taken() bool {
-	if r.t.pos > r.skipTo {
-		return false
+	if r.t.pos <= r.skipTo {
+		r.t.replaySkipped.Add(1)
+		return true
 	}
-	r.t.replaySkipped.Add(1)
-	return true
+	if r.t.pos > r.sent {
+		r.markSent()
+	}
+	return false
+}
+
+// markSent stores the sent mark at what the kernel has produced: past the
+// record being delivered and the ones the drain reads after it, so that
+// the mark moves about once a drain rather than once a record.
+func (r *resumed) markSent() {
+	pos := r.t.ring.produced()
+	if err := r.t.storeMark(r.name, cursor{ringID: r.t.ringID, pos: pos}); err != nil {
+		if !r.markFailed {
+			r.markFailed = true
+			r.t.opts.Logger.Warn("storing output mark; after a kill, records this output may have are not counted as possibly repeated", "output", r.name, "err", err)
+		}
+		return
+	}
+	r.sent = pos
 }
 
 func (r *resumed) Exchange(e *record.Exchange) {
-	if !r.taken() {
-		r.out.Exchange(e)
+	if r.taken() {
+		return
 	}
+	if r.t.pos <= r.unsureTo {
+		r.t.replayedUnsure.Add(1)
+	}
+	r.out.Exchange(e)
 }
 
 func (r *resumed) ConnOpen(o record.ConnOpen) {

@@ -142,8 +142,17 @@ func (r *ring) next() (raw []byte, end uint64, ok bool) {
 			return nil, r.read, false // reserved, not yet submitted
 		}
 		n := uint64(hdr &^ (ringBusyBit | ringDiscardBit))
+		next := r.read + (ringHdrSize+n+7)&^7
+		if next > prod {
+			// Past what the kernel produced: no header it wrote says
+			// that. Everything produced is given up, as one record
+			// that does not decode (counted), rather than read from
+			// past the ring's end or handed out twice.
+			r.read = prod
+			return nil, r.read, true
+		}
 		start := (r.read + ringHdrSize) & r.mask
-		r.read += (ringHdrSize + n + 7) &^ 7
+		r.read = next
 		if hdr&ringDiscardBit != 0 {
 			continue
 		}
@@ -170,6 +179,10 @@ func (r *ring) committed() uint64 { return atomic.LoadUint64(r.consPos) }
 // commitTo releases everything before pos, a position handed out, to the
 // kernel.
 func (r *ring) commitTo(pos uint64) { atomic.StoreUint64(r.consPos, pos) }
+
+// produced is the kernel's producer position: everything before it was
+// reserved.
+func (r *ring) produced() uint64 { return atomic.LoadUint64(r.prodPos) }
 
 // backlog is how many bytes the kernel holds that were not handed out.
 func (r *ring) backlog() uint64 { return atomic.LoadUint64(r.prodPos) - r.read }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/lattrace/lattrace/record"
 )
 
 // The sweep: an exchange is held in its socket's storage until its next
@@ -27,25 +30,82 @@ import (
 // the sockets of the namespace it is opened in, so the daemon opens it in
 // each network namespace in turn (namespaces).
 
-// sweepNow runs the sweep; with stopping, the last one.
-func (t *Tracer) sweepNow(stopping bool) {
+// sweepAtStop writes every exchange in progress at the daemon's stop, its
+// hooks detached, and drains them into sink. A pass writes what the ring
+// has room for and leaves the rest, counted in sweep_deferred, for the
+// next pass after a drain: more exchanges may be in progress than the
+// ring holds (tens of thousands of idle pooled connections), and none may
+// be lost for it. A pass that leaves as many as the one before has made
+// no room; what it leaves is counted as lost (Counters.UnwrittenAtStop).
+func (t *Tracer) sweepAtStop(sink record.Sink) {
+	deferred := t.maps.Variables["sweep_deferred"]
+	if t.sweep == nil || deferred == nil {
+		t.drain(sink)
+		return
+	}
+	if err := t.maps.Variables["sweep_stopping"].Set(uint32(1)); err != nil {
+		t.opts.Logger.Warn("exchanges in progress at the stop are not written", "err", err)
+		t.drain(sink)
+		return
+	}
+	last := uint64(math.MaxUint64)
+	for pass := 1; ; pass++ {
+		if err := deferred.Set(uint64(0)); err != nil {
+			t.opts.Logger.Warn("exchanges in progress at the stop are not written", "err", err)
+			t.drain(sink)
+			t.lostAtStop(last)
+			return
+		}
+		t.sweepNow()
+		t.drain(sink)
+		var left uint64
+		if err := deferred.Get(&left); err != nil {
+			t.opts.Logger.Warn("exchanges in progress at the stop: reading what the sweep left", "err", err)
+			t.lostAtStop(last)
+			return
+		}
+		if left == 0 {
+			if pass > 1 {
+				t.opts.Logger.Info("exchanges in progress at the stop written in several passes, the ring drained between them", "passes", pass)
+			}
+			return
+		}
+		if left >= last {
+			t.unwrittenAtStop.Add(left)
+			t.opts.Logger.Warn("exchanges in progress at the stop not written: the ring stayed full", "exchanges", left, "passes", pass)
+			return
+		}
+		last = left
+	}
+}
+
+// lostAtStop counts as unwritten what the last pass of the sweep at the
+// stop left, when no pass follows (last is MaxUint64 before the first).
+func (t *Tracer) lostAtStop(last uint64) {
+	if last != math.MaxUint64 {
+		t.unwrittenAtStop.Add(last)
+	}
+}
+
+// sweepNow runs the sweep once: over idle exchanges, or a pass of the
+// sweep at the stop once sweepAtStop has set its variables.
+func (t *Tracer) sweepNow() {
 	t.lastSweep = time.Now()
 	if t.sweep == nil {
 		return
-	}
-	if stopping {
-		if v := t.maps.Variables["sweep_stopping"]; v != nil {
-			if err := v.Set(uint32(1)); err != nil {
-				t.opts.Logger.Warn("exchanges in progress at the stop are not written", "err", err)
-				return
-			}
-		}
 	}
 	var err error
 	if t.sweepNetns == nil {
 		err = readIter(t.sweep)
 	} else {
 		err = t.sweepNetns.each(func() error { return readIter(t.sweep) }, t.netnsUnswept)
+		// A namespace the scan could not read is passed over as surely
+		// as one not entered, but has no inode to count it by.
+		if n := t.sweepNetns; n.denied > 0 && !n.toldDenied {
+			n.toldDenied = true
+			t.opts.Logger.Warn("network namespaces of some processes not readable in /proc, so not swept unless bound in --netns-dir: reading another process's needs CAP_SYS_PTRACE (and the host's PID namespace in a pod)",
+				"processes", n.denied)
+		}
 	}
 	if err != nil {
 		t.opts.Logger.Warn("sweep of idle exchanges failed", "err", err)
@@ -86,6 +146,11 @@ type namespaces struct {
 	stale bool
 	// told: namespaces whose failure was logged.
 	told map[uint64]bool
+	// denied: processes of the last scan whose namespace the daemon may
+	// not read (another process's needs CAP_SYS_PTRACE when it has
+	// capabilities the daemon lacks); toldDenied: that was said.
+	denied     int
+	toldDenied bool
 }
 
 // rescanEvery bounds how stale the list of namespaces gets; a namespace
@@ -109,12 +174,16 @@ func (n *namespaces) saw(ino uint32) {
 
 func (n *namespaces) scan() {
 	paths := map[uint64]string{}
+	n.denied = 0
 	add := func(p string) {
 		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil {
+		err := unix.Stat(p, &st)
+		if err == nil {
 			if _, ok := paths[st.Ino]; !ok {
 				paths[st.Ino] = p
 			}
+		} else if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			n.denied++
 		}
 	}
 	if ents, err := os.ReadDir("/proc"); err == nil {

@@ -74,10 +74,11 @@ type Options struct {
 	PinPath string
 	Logger  *slog.Logger
 
-	// sweepEachNetns makes the sweep take its fallback, the TCP iterator
-	// in each network namespace, as where the kernel refuses iterators
-	// over the socket storage (for the tests of that path).
-	sweepEachNetns bool
+	// noStorageIters makes both iterators take their alternative, the TCP
+	// iterator, as where the kernel refuses iterators over the socket
+	// storage: the tests run that path on every kernel, whichever the
+	// kernel's own choice is.
+	noStorageIters bool
 }
 
 func (o *Options) defaults() {
@@ -198,7 +199,7 @@ type Tracer struct {
 	durable  []*resumed
 	released bool
 
-	decoded, decodeErrors, replaySkipped, releasedUnsynced, unswept, h2Replaced atomic.Uint64
+	decoded, decodeErrors, replaySkipped, replayedUnsure, releasedUnsynced, unswept, h2Replaced, unwrittenAtStop atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and

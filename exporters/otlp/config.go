@@ -55,23 +55,25 @@ type Config struct {
 	// exchanges and a gateway gets both halves of each.
 	Ratio float64
 
-	// MaxQueueSize bounds the spans waiting for export (default 8192):
-	// when full, the oldest exchange's spans make room.
-	// When it is full, sampled exchanges are dropped whole and counted.
+	// MaxQueueSize bounds the spans waiting for export, the batch being
+	// sent included (default DefaultQueueSize). When it is full, the
+	// exchanges of the lowest priority waiting make room, the oldest first
+	// (the rate sample's, then the slow ones, then the diagnosed ones),
+	// whole and counted.
 	MaxQueueSize int
 	// BatchTimeout is the longest a span waits before a batch is sent
 	// (default 1 s); MaxExportBatchSize the largest batch (default 512).
 	BatchTimeout       time.Duration
 	MaxExportBatchSize int
-	// ExportTimeout bounds one export call with its retries (default 30 s).
+	// ExportTimeout bounds one export attempt, the SDK's retries within
+	// it included (default 10 s, the SDK's own default). A batch whose
+	// attempt fails goes back to the queue and is tried again after a
+	// backoff of 0.5 s to 5 s, until it is exported or makes room.
 	ExportTimeout time.Duration
 	// SyncTimeout bounds how long Sync waits for the backend to
 	// acknowledge a drain's spans (default 1 s); a backend that takes
 	// longer counts as failing until an export succeeds.
 	SyncTimeout time.Duration
-	// RetryMaxElapsed is how long a failing batch is retried before it is
-	// dropped (default 1 min); retries back off from 500 ms to 5 s.
-	RetryMaxElapsed time.Duration
 
 	// MetricInterval is the PeriodicReader's push interval (default 15 s).
 	MetricInterval time.Duration
@@ -102,6 +104,10 @@ type Config struct {
 // the metrics still count every exchange. What a larger budget costs in a
 // connection storm is in docs/configuration.md (span_slow_rate).
 const DefaultSlowRate = 100
+
+// DefaultQueueSize is the default bound on the spans waiting for export:
+// a minute of the default slow budget's spans, tens of megabytes at most.
+const DefaultQueueSize = 8192
 
 // DefaultMaxPeerPairs is the default bound on the peer pairs in the
 // metrics.
@@ -153,7 +159,6 @@ func (c Config) Validate() error {
 		{"BatchTimeout", c.BatchTimeout, c.BatchTimeout < 0},
 		{"ExportTimeout", c.ExportTimeout, c.ExportTimeout < 0},
 		{"SyncTimeout", c.SyncTimeout, c.SyncTimeout < 0},
-		{"RetryMaxElapsed", c.RetryMaxElapsed, c.RetryMaxElapsed < 0},
 		{"MetricInterval", c.MetricInterval, c.MetricInterval < 0},
 		{"ClockResyncInterval", c.ClockResyncInterval, c.ClockResyncInterval < 0},
 	} {
@@ -172,7 +177,7 @@ func (c *Config) defaults() {
 		c.SyncTimeout = time.Second
 	}
 	if c.MaxQueueSize == 0 {
-		c.MaxQueueSize = 8192
+		c.MaxQueueSize = DefaultQueueSize
 	}
 	if c.BatchTimeout == 0 {
 		c.BatchTimeout = time.Second
@@ -181,10 +186,7 @@ func (c *Config) defaults() {
 		c.MaxExportBatchSize = 512
 	}
 	if c.ExportTimeout == 0 {
-		c.ExportTimeout = 30 * time.Second
-	}
-	if c.RetryMaxElapsed == 0 {
-		c.RetryMaxElapsed = time.Minute
+		c.ExportTimeout = 10 * time.Second
 	}
 	if c.MetricInterval == 0 {
 		c.MetricInterval = 15 * time.Second

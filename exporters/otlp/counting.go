@@ -5,29 +5,26 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// countingSpanExporter sits between the span queue and the SDK's
-// exporter, where each batch's fate is known: it keeps the queue depth,
-// Stats' span counters and the failing flag that Sync reads.
-type countingSpanExporter struct {
-	sdktrace.SpanExporter
-	x *Exporter
+// queueCounts keeps Stats' export counters and the failing flag that Sync
+// reads, as the span queue tells each exchange's fate.
+type queueCounts struct{ x *Exporter }
+
+func (c queueCounts) exported(exchanges, spans int) {
+	c.x.exchangesExported.Add(uint64(exchanges))
+	c.x.spansExported.Add(uint64(spans))
+	c.x.failing.Store(false)
 }
 
-func (c *countingSpanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	c.x.pending.Add(-int64(len(spans)))
-	err := c.SpanExporter.ExportSpans(ctx, spans)
-	if err != nil {
-		c.x.exportErrors.Add(1)
-		c.x.spansFailed.Add(uint64(len(spans)))
-		c.x.failing.Store(true)
-	} else {
-		c.x.spansExported.Add(uint64(len(spans)))
-		c.x.failing.Store(false)
-	}
-	return err
+func (c queueCounts) dropped(why dropReason, exchanges, spans int) {
+	c.x.unexported[why].Add(uint64(exchanges))
+	c.x.spansDropped[why].Add(uint64(spans))
+}
+
+func (c queueCounts) exportFailed(error) {
+	c.x.exportErrors.Add(1)
+	c.x.failing.Store(true)
 }
 
 // countingMetricExporter counts failed metric exports, which the SDK's

@@ -4,8 +4,9 @@
 // metrics of every exchange (duration and component histograms, TCP
 // counters) per peer pair. Its Exporter is a record.Sink and never blocks
 // the reading goroutine: spans go through a bounded queue that batches
-// them, keeps each exchange's spans together and, when full, drops the
-// oldest exchange's (counted), and metrics are counted in memory and
+// them, keeps each exchange's spans together, tries a batch the backend did
+// not take again after a backoff and, when full, drops the least important
+// exchange's (counted, by reason), and metrics are counted in memory and
 // collected by the SDK's readers (a PeriodicReader pushes them over OTLP).
 //
 // # Clocks

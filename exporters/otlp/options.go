@@ -22,6 +22,7 @@ type exportOptions struct {
 	insecure bool
 	headers  map[string]string
 	retry    retryConfig
+	timeout  time.Duration
 	dial     grpc.DialOption // gRPC only
 }
 
@@ -46,22 +47,26 @@ func (c Config) exportOptions() exportOptions {
 		// variable's scheme decides.
 		insecure: c.Insecure && c.Endpoint != "",
 		headers:  c.Headers,
-		retry:    retryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: c.RetryMaxElapsed},
-		dial:     grpcConnect,
+		// The SDK retries within an attempt (it honours a backend's
+		// RetryInfo and Retry-After); the span queue retries across
+		// attempts.
+		retry:   retryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 5 * time.Second, MaxElapsedTime: c.ExportTimeout},
+		timeout: c.ExportTimeout,
+		dial:    grpcConnect,
 	}
 }
 
 // sdkOptions maps o onto one SDK exporter package's options, given that
 // package's constructors (dial nil for HTTP).
 func sdkOptions[R ~retryConfig, O any](o exportOptions,
-	dial func(...grpc.DialOption) O, retry func(R) O,
+	dial func(...grpc.DialOption) O, retry func(R) O, timeout func(time.Duration) O,
 	endpoint func(string) O, insecure func() O, headers func(map[string]string) O,
 ) []O {
 	var opts []O
 	if dial != nil {
 		opts = append(opts, dial(o.dial))
 	}
-	opts = append(opts, retry(R(o.retry)))
+	opts = append(opts, retry(R(o.retry)), timeout(o.timeout))
 	if o.endpoint != "" {
 		opts = append(opts, endpoint(o.endpoint))
 	}
@@ -76,18 +81,18 @@ func sdkOptions[R ~retryConfig, O any](o exportOptions,
 
 func newSpanExporter(ctx context.Context, protocol string, o exportOptions) (sdktrace.SpanExporter, error) {
 	if protocol == ProtocolHTTP {
-		return otlptracehttp.New(ctx, sdkOptions(o, nil, otlptracehttp.WithRetry,
+		return otlptracehttp.New(ctx, sdkOptions(o, nil, otlptracehttp.WithRetry, otlptracehttp.WithTimeout,
 			otlptracehttp.WithEndpoint, otlptracehttp.WithInsecure, otlptracehttp.WithHeaders)...)
 	}
-	return otlptracegrpc.New(ctx, sdkOptions(o, otlptracegrpc.WithDialOption, otlptracegrpc.WithRetry,
+	return otlptracegrpc.New(ctx, sdkOptions(o, otlptracegrpc.WithDialOption, otlptracegrpc.WithRetry, otlptracegrpc.WithTimeout,
 		otlptracegrpc.WithEndpoint, otlptracegrpc.WithInsecure, otlptracegrpc.WithHeaders)...)
 }
 
 func newMetricExporter(ctx context.Context, protocol string, o exportOptions) (sdkmetric.Exporter, error) {
 	if protocol == ProtocolHTTP {
-		return otlpmetrichttp.New(ctx, sdkOptions(o, nil, otlpmetrichttp.WithRetry,
+		return otlpmetrichttp.New(ctx, sdkOptions(o, nil, otlpmetrichttp.WithRetry, otlpmetrichttp.WithTimeout,
 			otlpmetrichttp.WithEndpoint, otlpmetrichttp.WithInsecure, otlpmetrichttp.WithHeaders)...)
 	}
-	return otlpmetricgrpc.New(ctx, sdkOptions(o, otlpmetricgrpc.WithDialOption, otlpmetricgrpc.WithRetry,
+	return otlpmetricgrpc.New(ctx, sdkOptions(o, otlpmetricgrpc.WithDialOption, otlpmetricgrpc.WithRetry, otlpmetricgrpc.WithTimeout,
 		otlpmetricgrpc.WithEndpoint, otlpmetricgrpc.WithInsecure, otlpmetricgrpc.WithHeaders)...)
 }

@@ -35,11 +35,11 @@ type Exporter struct {
 	// in it (spanQueue.begin).
 	queue  *spanQueue
 	spanMu sync.Mutex
-	// pending counts spans queued and not yet handed to the exporter.
-	pending atomic.Int64
 
-	exchanges, droppedQueue                                             atomic.Uint64
-	spansQueued, spansExported, spansFailed, exportErrors, metricErrors atomic.Uint64
+	exchanges                                     atomic.Uint64
+	spansQueued, spansExported, exchangesExported atomic.Uint64
+	exportErrors, metricErrors                    atomic.Uint64
+	unexported, spansDropped                      [numDropReasons]atomic.Uint64
 	// failing is set by a failed export and cleared by a good one.
 	failing atomic.Bool
 
@@ -91,10 +91,7 @@ func (x *Exporter) startTraces(ctx context.Context, res *resource.Resource) erro
 	if err != nil {
 		return fmt.Errorf("otlp: trace exporter: %w", err)
 	}
-	x.queue = newSpanQueue(&countingSpanExporter{SpanExporter: exp, x: x}, cfg, func(spans int) {
-		x.pending.Add(-int64(spans))
-		x.droppedQueue.Add(1)
-	})
+	x.queue = newSpanQueue(exp, cfg, queueCounts{x})
 	x.tp = sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(x.queue),
 		sdktrace.WithResource(res),
@@ -138,8 +135,11 @@ func (x *Exporter) Exchange(e *record.Exchange) {
 	if x.m != nil {
 		x.m.exchange(e)
 	}
-	if x.tracer != nil && x.sampler.sample(e) {
-		x.spans(e)
+	if x.tracer == nil {
+		return
+	}
+	if p, ok := x.sampler.sample(e); ok {
+		x.spans(e, p)
 	}
 }
 
@@ -179,6 +179,10 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 	x.shutdownOnce.Do(func() {
 		if x.tp != nil {
 			x.stopSync()
+			// The queue first, whatever ctx: the provider skips its
+			// processors once ctx is done, and what waits must still be
+			// counted as lost at shutdown.
+			errs = append(errs, x.queue.Shutdown(ctx))
 			errs = append(errs, x.tp.Shutdown(ctx))
 		}
 		if x.mp != nil {
@@ -188,43 +192,81 @@ func (x *Exporter) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Stats are the exporter's counters since New.
+// Stats are the exporter's counters since New. With traces on, every
+// exchange it is given ends in one of them: not sampled, over the slow
+// budget, or sampled, and every sampled one is exported, dropped for a
+// reason, or still queued:
+//
+//	Exchanges = DroppedSampling + SlowOverBudget + SampledSlow + SampledDiagnosed + SampledRate
+//	SampledSlow + SampledDiagnosed + SampledRate = ExchangesExported + QueueExchanges
+//	    + Unexported[no_timeline, queue_full, rejected, shutdown]
 type Stats struct {
 	Exchanges   uint64 // exchanges received
-	SampledSlow uint64 // exported because at or above SlowThreshold
-	// SampledDiagnosed counts exchanges below SlowThreshold exported
+	SampledSlow uint64 // sampled for being at or above SlowThreshold
+	// SampledDiagnosed counts exchanges below SlowThreshold sampled
 	// because a diagnosis of theirs is a warning or critical.
 	SampledDiagnosed uint64
 	SlowOverBudget   uint64 // slow or diagnosed, beyond SlowRatePerSecond: not exported
-	SampledRate      uint64 // exported by the rate sample
+	SampledRate      uint64 // sampled by the rate sample
 	DroppedSampling  uint64 // not sampled
-	DroppedQueue     uint64 // sampled, then dropped: the oldest waiting when the span queue was full
-	SpansQueued      uint64 // spans queued for export
-	SpansExported    uint64 // spans the receiver accepted
-	SpansFailed      uint64 // spans in failed exports (after retries)
-	ExportErrors     uint64 // failed span export calls
-	MetricErrors     uint64 // failed metric export calls
-	PeerPairs        uint64 // distinct peer pairs in the metrics
-	PeerOverflow     uint64 // exchanges folded into the "other" pair
-	QueueDepth       uint64 // spans waiting for export now
+	// ExchangesExported counts the sampled exchanges whose spans the
+	// backend accepted; SpansExported those spans.
+	ExchangesExported uint64
+	SpansExported     uint64
+	// Unexported counts exchanges not exported, by reason (DropReasons);
+	// SpansDropped the spans of the sampled ones among them. The first
+	// two are the sampler's (DroppedSampling, SlowOverBudget).
+	Unexported   [numDropReasons]uint64
+	SpansDropped uint64
+	SpansQueued  uint64 // spans offered to the queue: exported, dropped or waiting
+	ExportErrors uint64 // failed span export attempts (each batch is tried again)
+	MetricErrors uint64 // failed metric export calls
+	PeerPairs    uint64 // distinct peer pairs in the metrics
+	PeerOverflow uint64 // exchanges folded into the "other" pair
+	// QueueExchanges and QueueDepth are the exchanges and spans waiting
+	// for export now.
+	QueueExchanges uint64
+	QueueDepth     uint64
+}
+
+// DroppedQueue is the sampled exchanges dropped to make room in a full
+// queue.
+func (s Stats) DroppedQueue() uint64 { return s.Unexported[dropQueueFull] }
+
+// UnexportedFor is Unexported of the reason named so in DropReasons.
+func (s Stats) UnexportedFor(reason string) uint64 {
+	for r, name := range DropReasons {
+		if name == reason {
+			return s.Unexported[r]
+		}
+	}
+	return 0
 }
 
 // Stats returns the counters.
 func (x *Exporter) Stats() Stats {
 	s := Stats{
-		Exchanges:        x.exchanges.Load(),
-		SampledSlow:      x.sampler.sampledSlow.Load(),
-		SampledDiagnosed: x.sampler.sampledDiagnosed.Load(),
-		SlowOverBudget:   x.sampler.slowOverBudget.Load(),
-		SampledRate:      x.sampler.sampledRate.Load(),
-		DroppedSampling:  x.sampler.dropped.Load(),
-		DroppedQueue:     x.droppedQueue.Load(),
-		SpansQueued:      x.spansQueued.Load(),
-		SpansExported:    x.spansExported.Load(),
-		SpansFailed:      x.spansFailed.Load(),
-		ExportErrors:     x.exportErrors.Load(),
-		MetricErrors:     x.metricErrors.Load(),
-		QueueDepth:       uint64(max(x.pending.Load(), 0)),
+		Exchanges:         x.exchanges.Load(),
+		SampledSlow:       x.sampler.sampledSlow.Load(),
+		SampledDiagnosed:  x.sampler.sampledDiagnosed.Load(),
+		SlowOverBudget:    x.sampler.slowOverBudget.Load(),
+		SampledRate:       x.sampler.sampledRate.Load(),
+		DroppedSampling:   x.sampler.dropped.Load(),
+		ExchangesExported: x.exchangesExported.Load(),
+		SpansExported:     x.spansExported.Load(),
+		SpansQueued:       x.spansQueued.Load(),
+		ExportErrors:      x.exportErrors.Load(),
+		MetricErrors:      x.metricErrors.Load(),
+	}
+	for r := range s.Unexported {
+		s.Unexported[r] = x.unexported[r].Load()
+		s.SpansDropped += x.spansDropped[r].Load()
+	}
+	s.Unexported[dropNotSampled] = s.DroppedSampling
+	s.Unexported[dropSlowBudget] = s.SlowOverBudget
+	if x.queue != nil {
+		e, n := x.queue.depth()
+		s.QueueExchanges, s.QueueDepth = uint64(e), uint64(n)
 	}
 	if x.m != nil {
 		s.PeerPairs, s.PeerOverflow = x.m.pairStats()

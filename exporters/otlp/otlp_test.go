@@ -258,7 +258,7 @@ func TestSpansBothEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := x.Stats()
-	if st.Exchanges != 2 || st.SampledSlow != 2 || st.SpansExported != 12 || st.DroppedQueue != 0 || st.ExportErrors != 0 {
+	if st.Exchanges != 2 || st.SampledSlow != 2 || st.SpansExported != 12 || st.DroppedQueue() != 0 || st.ExportErrors != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -450,11 +450,11 @@ func TestCollectorRestart(t *testing.T) {
 	spans = flushedSpans(t, c, x, 1)
 	st := x.Stats()
 	t.Logf("after restart: %d exchange spans, stats %+v", len(spans), st)
-	if st.DroppedQueue == 0 {
+	if st.DroppedQueue() == 0 {
 		t.Errorf("no exchange dropped for a full queue: %+v", st)
 	}
-	if got := uint64(len(spans)); got != 1+45-st.DroppedQueue {
-		t.Errorf("%d exchange spans arrived, want %d (46 - %d dropped)", got, 1+45-st.DroppedQueue, st.DroppedQueue)
+	if got := uint64(len(spans)); got != 1+45-st.DroppedQueue() {
+		t.Errorf("%d exchange spans arrived, want %d (46 - %d dropped)", got, 1+45-st.DroppedQueue(), st.DroppedQueue())
 	}
 }
 
@@ -474,7 +474,7 @@ func TestFullQueueDropsOldest(t *testing.T) {
 		}
 		x.Exchange(e)
 	}
-	if st := x.Stats(); st.DroppedQueue != n-fit || st.QueueDepth != 7*fit {
+	if st := x.Stats(); st.DroppedQueue() != n-fit || st.QueueDepth != 7*fit {
 		t.Errorf("before the flush: stats %+v, want %d dropped and %d spans queued", st, n-fit, 7*fit)
 	}
 	flushedSpans(t, c, x, fit)
@@ -498,15 +498,78 @@ func TestFullQueueDropsOldest(t *testing.T) {
 	}
 }
 
+// A full queue keeps the important exchanges first, as tail sampling
+// would: the rate sample's make room for slow ones, and those for the
+// diagnosed ones; a rate-sampled exchange finding only more important
+// ones waiting is itself dropped.
+func TestFullQueueKeepsImportant(t *testing.T) {
+	c := otelcol.Start(t)
+	// Ten exchanges of seven spans fit; nothing leaves before the flush.
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, MaxQueueSize: 70, BatchTimeout: time.Hour,
+		SlowThreshold: 30 * ms, RatePerSecond: 1e6, Burst: 1000})
+	kept := map[string]string{}
+	seq := uint32(1000)
+	add := func(kind string, n int) {
+		for range n {
+			e := requester(1, 2, seq)
+			seq++
+			switch kind {
+			case "rate":
+				e.Duration = ms // below the slow threshold
+			case "diagnosed":
+				e.Duration = ms
+				e.Diagnoses = []record.Diagnosis{{Name: "bufferbloat", Severity: record.SeverityWarning}}
+			}
+			if kind != "rate" {
+				tid, _, _ := otlp.TraceIDs(e)
+				kept[tid.String()] = kind
+			}
+			x.Exchange(e)
+		}
+	}
+	add("rate", 8)
+	add("slow", 5)
+	add("rate", 4)
+	add("diagnosed", 5)
+	add("rate", 6)
+	st := x.Stats()
+	if st.SampledRate != 18 || st.SampledSlow != 5 || st.SampledDiagnosed != 5 || st.DroppedQueue() != 18 || st.QueueExchanges != 10 {
+		t.Errorf("before the flush: %+v, want the 18 rate-sampled exchanges dropped and the 10 others waiting", st)
+	}
+	flushedSpans(t, c, x, 10)
+	got := map[string]bool{}
+	for _, sp := range c.Spans() {
+		got[sp.TraceID] = true
+	}
+	for tid, kind := range kept {
+		if !got[tid] {
+			t.Errorf("a %s exchange (trace %s) was dropped from the full queue", kind, tid)
+		}
+	}
+	if len(got) != len(kept) {
+		t.Errorf("%d traces exported, want the %d slow and diagnosed ones", len(got), len(kept))
+	}
+}
+
+// A batch the backend does not take waits in the queue: the failed
+// attempt is counted, nothing is lost, and what still waits when the
+// exporter shuts down is counted as lost at shutdown.
 func TestExportErrorsCounted(t *testing.T) {
 	c := otelcol.Start(t)
 	c.Kill()
-	x := newExporter(t, c, otlp.Config{DisableMetrics: true, RetryMaxElapsed: 300 * ms, ExportTimeout: 2 * time.Second})
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, ExportTimeout: 300 * ms})
 	x.Exchange(requester(1, 2, 3))
 	_ = x.ForceFlush(context.Background())
 	st := x.Stats()
-	if st.ExportErrors == 0 || st.SpansFailed != 7 || st.SpansExported != 0 {
-		t.Errorf("stats %+v, want 7 failed spans", st)
+	if st.ExportErrors == 0 || st.SpansExported != 0 || st.QueueDepth != 7 || st.QueueExchanges != 1 || st.SpansDropped != 0 {
+		t.Errorf("stats %+v, want a failed attempt and the exchange's 7 spans waiting", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = x.Shutdown(ctx)
+	st = x.Stats()
+	if st.UnexportedFor("shutdown") != 1 || st.SpansDropped != 7 || st.QueueDepth != 0 {
+		t.Errorf("after shutdown: stats %+v, want the exchange counted as lost at shutdown", st)
 	}
 }
 
@@ -535,7 +598,7 @@ func TestHTTPProtocol(t *testing.T) {
 func TestSync(t *testing.T) {
 	c := otelcol.Start(t)
 	// A batch timeout far beyond the test: only Sync sends.
-	x := newExporter(t, c, otlp.Config{DisableMetrics: true, BatchTimeout: time.Hour, SyncTimeout: 500 * ms, RetryMaxElapsed: 200 * ms})
+	x := newExporter(t, c, otlp.Config{DisableMetrics: true, BatchTimeout: time.Hour, SyncTimeout: 500 * ms, ExportTimeout: 200 * ms})
 	for range 3 {
 		x.Exchange(requester(0, 0, 0))
 	}
@@ -575,9 +638,7 @@ func TestSync(t *testing.T) {
 
 	c.Restart()
 	// Once an export gets through, Sync waits for the backend again. The
-	// spans queued during the outage may already be retried out (counted in
-	// SpansFailed) while gRPC reconnects, so each try queues a new exchange:
-	// there is always something to send.
+	// spans queued during the outage wait in the queue and go out first.
 	exported := x.Stats().SpansExported
 	for deadline := time.Now().Add(wait); x.Stats().SpansExported == exported; {
 		if time.Now().After(deadline) {
@@ -592,9 +653,9 @@ func TestSync(t *testing.T) {
 	if err := syncWait(t, x); err != nil {
 		t.Fatalf("Sync after the collector came back: %v (stats %+v)", err, x.Stats())
 	}
-	// Nothing lost uncounted: every span was exported or counted as failed.
-	if st := x.Stats(); st.SpansQueued != st.SpansExported+st.SpansFailed || st.QueueDepth != 0 {
-		t.Errorf("after the outage: %+v, want queued = exported + failed and an empty queue", st)
+	// Nothing lost: every span queued during the outage was exported.
+	if st := x.Stats(); st.SpansQueued != st.SpansExported || st.SpansDropped != 0 || st.QueueDepth != 0 {
+		t.Errorf("after the outage: %+v, want every span queued exported and an empty queue", st)
 	}
 	// A sync asked after shutdown is answered, with an error.
 	if err := x.Shutdown(context.Background()); err != nil {

@@ -48,30 +48,34 @@ func (s *sampler) inShare(e *record.Exchange) bool {
 	return k.hash() < s.share
 }
 
-// sample tells whether e is exported as spans. A slow or diagnosed
-// exchange beyond the budget does not fall through to the rate sample: in
-// a connection storm every exchange is slow, and the budget is what
-// bounds their spans.
-func (s *sampler) sample(e *record.Exchange) bool {
+// sample tells whether e is exported as spans, and with which priority
+// in the export queue. A slow or diagnosed exchange beyond the budget does
+// not fall through to the rate sample: in a connection storm every
+// exchange is slow, and the budget is what bounds their spans.
+func (s *sampler) sample(e *record.Exchange) (priority, bool) {
 	slow := s.threshold >= 0 && e.Duration >= s.threshold
+	diagnosed := flagged(e)
 	switch {
-	case slow || flagged(e):
+	case slow || diagnosed:
 		if s.slow.rate > 0 && !s.slow.take(e.Time) {
 			s.slowOverBudget.Add(1)
-			return false
+			return 0, false
 		}
 		if slow {
 			s.sampledSlow.Add(1)
 		} else {
 			s.sampledDiagnosed.Add(1)
 		}
-		return true
+		if diagnosed {
+			return prioDiagnosed, true
+		}
+		return prioSlow, true
 	case s.inShare(e) && s.random.take(e.Time):
 		s.sampledRate.Add(1)
-		return true
+		return prioRate, true
 	default:
 		s.dropped.Add(1)
-		return false
+		return 0, false
 	}
 }
 

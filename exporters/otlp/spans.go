@@ -73,22 +73,24 @@ func stages(e *record.Exchange) []stage {
 	return out
 }
 
-// spans exports e as an exchange span and its stage children.
-func (x *Exporter) spans(e *record.Exchange) {
+// spans exports e as an exchange span and its stage children, queued with
+// priority p.
+func (x *Exporter) spans(e *record.Exchange, p priority) {
 	if e.Start == 0 || e.End < e.Start {
 		// Nothing to place on a timeline (the metrics still have it).
+		x.unexported[dropNoTimeline].Add(1)
 		return
 	}
 	st := stages(e)
 	n := 1 + len(st)
 	x.spanMu.Lock()
 	defer x.spanMu.Unlock()
-	if !x.queue.begin(n) {
-		x.droppedQueue.Add(1)
+	x.spansQueued.Add(uint64(n))
+	if !x.queue.begin(n, p) {
+		x.unexported[dropQueueFull].Add(1)
+		x.spansDropped[dropQueueFull].Add(uint64(n))
 		return
 	}
-	x.pending.Add(int64(n))
-	x.spansQueued.Add(uint64(n))
 
 	off := x.clock.offset(e.Time)
 	wall := func(m record.Mono) time.Time { return time.Unix(0, int64(m)+off) }

@@ -49,11 +49,26 @@ func Listen(addr string) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return &Server{reg: reg, reader: reader, producer: lp, ln: ln, mux: mux,
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+		srv: &http.Server{Handler: readOnly(mux), ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// readOnly answers every method but GET and HEAD with 405, on every path:
+// a scrape and a probe are GETs, and nothing served here changes the
+// daemon.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method "+r.Method+" not allowed: /metrics and /healthz are read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Handle serves h at pattern beside /metrics (the orchestrator's probes
-// use the port Prometheus scrapes). Call it before Serve.
+// use the port Prometheus scrapes), for GET and HEAD only. Call it before
+// Serve.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Reader is the OpenTelemetry metric reader to add to the MeterProvider.
@@ -90,6 +105,31 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Counter registers a monotonic counter read from f at each scrape.
 func (s *Server) Counter(name, help string, f func() float64) {
 	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}
+
+// Counters registers a counter with one label, a series per value in
+// values, read together from f at each scrape (f returns one number per
+// value, in their order).
+func (s *Server) Counters(name, help, label string, values []string, f func() []float64) {
+	s.reg.MustRegister(&labelledCounters{desc: prometheus.NewDesc(name, help, []string{label}, nil), values: values, read: f})
+}
+
+// labelledCounters is a counter whose series are read from one function:
+// client_golang's CounterFunc takes no labels.
+type labelledCounters struct {
+	desc   *prometheus.Desc
+	values []string
+	read   func() []float64
+}
+
+func (c *labelledCounters) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *labelledCounters) Collect(ch chan<- prometheus.Metric) {
+	for i, v := range c.read() {
+		if i < len(c.values) {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, c.values[i])
+		}
+	}
 }
 
 // Gauge registers a gauge read from f at each scrape.

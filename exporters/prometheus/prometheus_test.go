@@ -29,9 +29,10 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	defer srv.Close()
 	go srv.Serve()
 	for _, n := range []string{"lattrace_ringbuf_full_total", "lattrace_storage_fail_total", "lattrace_decode_errors_total",
-		"lattrace_spans_dropped_queue_total", "lattrace_export_errors_total"} {
+		"lattrace_export_errors_total"} {
 		srv.Counter(n, "test", func() float64 { return 0 })
 	}
+	srv.Counters("lattrace_exchanges_unexported_total", "test", "reason", otlp.DropReasons[:], func() []float64 { return make([]float64, len(otlp.DropReasons)) })
 	x, err := otlp.New(context.Background(), otlp.Config{DisableTraces: true, DisableMetrics: true, MetricReaders: []sdkmetric.Reader{srv.Reader()}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,8 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	if dash.Title == "" || dash.UID == "" || len(dash.Panels) < 4 {
 		t.Fatalf("dashboard %q (%q) has %d panels", dash.Title, dash.UID, len(dash.Panels))
 	}
-	metricName := regexp.MustCompile(`lattrace_[a-z_]+\[`) // followed by a range: a metric, not a label
+	// Followed by a range, with label matchers or not: a metric, not a label.
+	metricName := regexp.MustCompile(`(lattrace_[a-z_]+)(\{[^}]*\})?\[`)
 	label := regexp.MustCompile(`by \(([a-z_, ]+)\)|\{\{([a-z_]+)\}\}`)
 	for _, p := range dash.Panels {
 		if p.Title == "" || p.Type == "" || len(p.Targets) == 0 {
@@ -84,8 +86,8 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 			if strings.Count(tg.Expr, "(") != strings.Count(tg.Expr, ")") {
 				t.Errorf("panel %q: unbalanced parentheses in %s", p.Title, tg.Expr)
 			}
-			for _, m := range metricName.FindAllString(tg.Expr, -1) {
-				m = strings.TrimSuffix(m, "[")
+			for _, sub := range metricName.FindAllStringSubmatch(tg.Expr, -1) {
+				m := sub[1]
 				if !strings.Contains(string(page), "\n"+m) {
 					t.Errorf("panel %q uses %s, which /metrics does not serve", p.Title, m)
 				}
@@ -98,5 +100,48 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReadOnly: on every path, every method but GET and HEAD gets 405 and
+// reaches no handler; paths not served get 404, and nothing beyond
+// /metrics and what the daemon adds is served (no pprof, no API).
+func TestReadOnly(t *testing.T) {
+	srv, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	calls := 0
+	srv.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
+	go srv.Serve()
+	base := "http://" + srv.Addr().String()
+	status := func(method, path string) int {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader("x=1"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	paths := []string{"/metrics", "/healthz", "/", "/debug/pprof/", "/v1/flows", "/metrics/x"}
+	for _, p := range paths {
+		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, "OPTIONS", "TRACE"} {
+			if got := status(m, p); got != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: %d, want 405", m, p, got)
+			}
+		}
+	}
+	if calls != 0 {
+		t.Errorf("a refused method reached the /healthz handler %d times", calls)
+	}
+	for _, p := range paths[2:] {
+		if got := status(http.MethodGet, p); got != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", p, got)
+		}
+	}
+	if status(http.MethodGet, "/metrics") != http.StatusOK || status(http.MethodHead, "/metrics") != http.StatusOK || status(http.MethodGet, "/healthz") != http.StatusOK || calls != 1 {
+		t.Errorf("GET or HEAD /metrics, GET /healthz not served (healthz handler ran %d times)", calls)
 	}
 }

@@ -5,7 +5,9 @@
 // # Format, version 1
 //
 // A recording is one gzip stream (RFC 1952, compress/gzip) of JSON lines
-// (one JSON object per line, UTF-8). `zcat run.lattrace | jq` reads it.
+// (one JSON object per line, UTF-8). `zcat run.lattrace | jq` reads it. A
+// line is at most 1 MiB, newline included (the longest lattrace writes is a
+// few kilobytes); a reader refuses a longer one.
 //
 // The first line is the header; its "format" is "lattrace-recording" and
 // its "version" the format version (Version). A reader refuses a file whose

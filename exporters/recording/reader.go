@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/lattrace/lattrace/exporters/jsonl"
 	"github.com/lattrace/lattrace/record"
@@ -61,8 +62,11 @@ func Read(r io.Reader, h Handler) (Header, End, error) {
 	}
 	// One stream: a concatenated second one would not be ours.
 	gz.Multistream(false)
-	br := bufio.NewReaderSize(gz, 1<<20)
-	first, err := br.ReadBytes('\n')
+	// A line is read whole into this buffer: one that does not fit is
+	// refused, so a few kilobytes of gzip that inflate to a line of
+	// gigabytes cost no more than the buffer.
+	br := bufio.NewReaderSize(gz, maxLine)
+	first, err := br.ReadSlice('\n')
 	if err != nil && len(first) == 0 {
 		return hdr, end, readErr(err, 0)
 	}
@@ -76,11 +80,18 @@ func Read(r io.Reader, h Handler) (Header, End, error) {
 	if h.Header != nil {
 		h.Header(&hdr)
 	}
-	d := decoder{h: h, quit: make(chan struct{})}
+	d := &decoder{h: h, quit: make(chan struct{})}
+	// Nothing of the reading outlives Read, even when it gives up early:
+	// the caller may close the file.
+	defer d.wg.Wait()
 	defer close(d.quit)
 	batches := make(chan *batch, 2*runtime.GOMAXPROCS(0))
 	readErrc := make(chan error, 1)
-	go func() { readErrc <- d.split(br, batches) }()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		readErrc <- d.split(br, batches)
+	}()
 	sawEnd := false
 	for b := range batches {
 		<-b.done
@@ -117,8 +128,10 @@ func readErr(err error, line int) error {
 
 type decoder struct {
 	h Handler
-	// quit stops the splitter when the reader gives up early.
+	// quit stops the splitter when the reader gives up early; wg counts
+	// the splitter and the batches it is decoding.
 	quit chan struct{}
+	wg   sync.WaitGroup
 }
 
 // batch is a run of lines decoded together; done closes when items are
@@ -140,7 +153,17 @@ type item struct {
 	err       error
 }
 
-const batchLines = 512
+// A batch is sent to be decoded once it holds batchLines lines or
+// batchBytes bytes: the batches in flight, a few per CPU, hold a bounded
+// part of the file whatever its lines' lengths.
+const (
+	batchLines = 512
+	batchBytes = 1 << 20
+)
+
+// maxLine is the longest line read: hundreds of times the longest line
+// lattrace writes (an exchange or a list of diagnoses, a few kilobytes).
+const maxLine = 1 << 20
 
 // split reads lines into batches, starts each one's decoding and queues it
 // in file order.
@@ -149,13 +172,16 @@ func (d *decoder) split(br *bufio.Reader, out chan<- *batch) error {
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	line := 2 // the header was line 1
 	b := &batch{firstLine: line, done: make(chan struct{})}
+	size := 0
 	send := func() bool {
 		select {
 		case sem <- struct{}{}:
 		case <-d.quit:
 			return false
 		}
+		d.wg.Add(1)
 		go func(b *batch) {
+			defer d.wg.Done()
 			d.decode(b)
 			close(b.done)
 			<-sem
@@ -168,7 +194,18 @@ func (d *decoder) split(br *bufio.Reader, out chan<- *batch) error {
 		}
 	}
 	for {
-		l, err := br.ReadBytes('\n')
+		select {
+		case <-d.quit:
+			return nil
+		default:
+		}
+		l, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			if len(b.lines) > 0 {
+				send()
+			}
+			return fmt.Errorf("line %d: the recording is corrupt: longer than %d MiB, which no line lattrace writes is", line, maxLine>>20)
+		}
 		if len(l) > 0 {
 			if l[len(l)-1] != '\n' {
 				// A last line without its newline: cut off mid-write.
@@ -177,13 +214,16 @@ func (d *decoder) split(br *bufio.Reader, out chan<- *batch) error {
 				}
 				return ErrTruncated
 			}
-			b.lines = append(b.lines, l)
+			// The reader's buffer is reused: the batch keeps a copy.
+			b.lines = append(b.lines, bytes.Clone(l))
+			size += len(l)
 			line++
-			if len(b.lines) == batchLines {
+			if len(b.lines) == batchLines || size >= batchBytes {
 				if !send() {
 					return nil
 				}
 				b = &batch{firstLine: line, done: make(chan struct{})}
+				size = 0
 			}
 		}
 		if err != nil {

@@ -63,6 +63,21 @@ func (s Sampling) Validate() error {
 // Default sampling.
 var DefaultSampling = Sampling{Interval: 20 * time.Millisecond, MaxPerFlow: 10_000, Max: 2_000_000}
 
+// withDefaults is s with DefaultSampling's value in each field not above
+// zero.
+func (s Sampling) withDefaults() Sampling {
+	if s.Interval <= 0 {
+		s.Interval = DefaultSampling.Interval
+	}
+	if s.MaxPerFlow <= 0 {
+		s.MaxPerFlow = DefaultSampling.MaxPerFlow
+	}
+	if s.Max <= 0 {
+		s.Max = DefaultSampling.Max
+	}
+	return s
+}
+
 // Sample is one flow's RTT and window at one instant.
 type Sample struct {
 	Time   record.Mono `json:"time_mono_ns"`

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lattrace/lattrace/record"
+	"github.com/lattrace/lattrace/tests/fuzz"
 )
 
 var flowA = record.Flow{Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.MustParseAddrPort("10.0.0.2:80"), Netns: 7}
@@ -205,5 +206,20 @@ func TestBadFiles(t *testing.T) {
 				t.Errorf("truncated: %v is not ErrTruncated", err)
 			}
 		})
+	}
+}
+
+// A line that never ends is refused once it outgrows the longest line a
+// recording can hold: a few kilobytes of gzip that inflate to a line of
+// gigabytes cost the reader no more than that.
+func TestLongLine(t *testing.T) {
+	file := gz(`{"format":"lattrace-recording","version":1}` + "\n" + `{"type":"exchange","x":"` + strings.Repeat("a", 64<<20))
+	var err error
+	alloc := fuzz.Allocated(func() { _, _, err = Read(bytes.NewReader(file), Handler{}) })
+	if err == nil || !strings.Contains(err.Error(), "line 2: the recording is corrupt: longer than 1 MiB") {
+		t.Errorf("a line of 64 MiB: %v", err)
+	}
+	if alloc > 16<<20 {
+		t.Errorf("reading a %d-byte file with a line of 64 MiB allocated %d MiB", len(file), alloc>>20)
 	}
 }

@@ -46,15 +46,7 @@ const syncEvery = time.Second
 // NewWriter writes h (format and version filled in) to out and returns a
 // Writer for the rest. Zero sampling fields take DefaultSampling's.
 func NewWriter(out io.Writer, h Header) (*Writer, error) {
-	if h.Interval <= 0 {
-		h.Interval = DefaultSampling.Interval
-	}
-	if h.MaxPerFlow <= 0 {
-		h.MaxPerFlow = DefaultSampling.MaxPerFlow
-	}
-	if h.Max <= 0 {
-		h.Max = DefaultSampling.Max
-	}
+	h.Sampling = h.Sampling.withDefaults()
 	h.Format, h.Version = Format, Version
 	// The fastest level: the recorder runs on the node it measures, and
 	// repetitive JSON compresses well even so (about 10:1).

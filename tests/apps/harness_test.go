@@ -82,6 +82,8 @@ type app struct {
 	netnsA, netnsB uint32
 	dir            string // config, data and logs of this test's processes
 	tr             *tracer.Tracer
+	busy           *labtrace.Busy
+	clients        *labtrace.Waited // the clients' cgroup
 }
 
 func newApp(t *testing.T, cc string) *app {
@@ -100,6 +102,8 @@ func newApp(t *testing.T, cc string) *app {
 	}
 	a.col = labtrace.NewCollector(a.netnsA, a.netnsB)
 	a.tr = labtrace.Run(t, tracer.Options{}, a.col)
+	a.busy = labtrace.WatchBusy(t, lab.A, lab.B)
+	a.clients = labtrace.NewWaited(t, "clients")
 	return a
 }
 
@@ -196,27 +200,42 @@ func (a *app) client(argv ...string) string {
 	var out, errb bytes.Buffer
 	cmd := a.lab.A.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
+	err := a.clients.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		a.t.Fatalf("%s: %v\n%s%s", strings.Join(argv, " "), err, out.String(), errb.String())
 	}
 	a.quiesce()
 	return out.String()
 }
 
-// quiesce waits until the tracer has reported nothing new for half a
-// second: the client has exited, so its connections have closed.
+// quiesce waits until the tracer has reported the close of every
+// connection the client's end opened (the client has exited, so they have
+// closed), and nothing new for half a second after.
 func (a *app) quiesce() {
 	last, since := -1, time.Now()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		a.col.Mu.Lock()
 		n := len(a.col.Exchanges) + len(a.col.Opens) + len(a.col.Closes)
+		open := map[uint64]bool{}
+		for _, o := range a.col.Opens {
+			if o.Flow.Netns == a.netnsA {
+				open[o.Cookie] = true
+			}
+		}
+		for _, c := range a.col.Closes {
+			delete(open, c.Cookie)
+		}
 		a.col.Mu.Unlock()
-		if n != last {
+		if n != last || len(open) > 0 {
 			last, since = n, time.Now()
 		} else if time.Since(since) > 500*time.Millisecond {
 			return
 		}
 	}
+	a.t.Fatal("the tracer did not report the close of the client's connections within a minute")
 }
 
 // capture records the server's side of the link (B's interface) for
@@ -259,8 +278,8 @@ type truth struct {
 	extra int
 	// p50 and p99 are the client's own latency report.
 	p50, p99 time.Duration
-	// think is the server's real time per request, when known (nil: an
-	// immediate server).
+	// think is the server's own time per request (its median), when
+	// known (nil: an immediate server).
 	think *time.Duration
 	// diagnoses that are really there (a connection per request).
 	expected []record.DiagnosisName
@@ -321,6 +340,24 @@ func within(got, want time.Duration, frac float64, floor time.Duration) bool {
 	return (got - want).Abs() <= max(time.Duration(frac*float64(want)), floor)
 }
 
+// between reports whether got is within [lo, hi], each end widened by
+// within's tolerance of it.
+func between(got, lo, hi time.Duration, frac float64, floor time.Duration) bool {
+	return got >= lo && got <= hi || within(got, lo, frac, floor) || within(got, hi, frac, floor)
+}
+
+// near reports whether got is within within's tolerance of want once a
+// difference of slack at most, either way, is set aside.
+func near(got, want, slack time.Duration, frac float64, floor time.Duration) bool {
+	switch {
+	case got < want:
+		got = min(got+slack, want)
+	case got > want:
+		got = max(got-slack, want)
+	}
+	return within(got, want, frac, floor)
+}
+
 // quantile is the q-quantile of ds (nearest rank).
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
@@ -343,6 +380,8 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		t.Errorf(workload+": "+format, args...)
 		r.verdict = "FAIL"
 	}
+	// How long the clients waited for a CPU (their cgroup's pressure).
+	waited := a.clients.Total()
 	var durs, nets, peers, thinks []time.Duration
 	latency, mux := 0, 0
 	for _, e := range client {
@@ -464,20 +503,43 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		if latency < tr.samples-mux || latency > tr.samples+tr.extra+1 || mux > max(2, tr.samples/20) {
 			fail("%d latency samples (and %d multiplexed cuts) on the client's end for %d (+%d around them)", latency, mux, tr.samples, tr.extra)
 		}
-		if !within(r.p50, tr.p50, 0.05, time.Millisecond) || !within(r.p99, tr.p99, 0.05, time.Millisecond) {
-			fail("client end p50 %v p99 %v, the client's own %v and %v", r.p50, r.p99, tr.p50, tr.p99)
+		// The client's own latency is lattrace's, but on a busy machine
+		// for the client's waits for a CPU, at most all it waited: outside
+		// the calls lattrace times but inside the client's clock (the
+		// client's clock longer), or between two writes of one message
+		// lattrace times as one, before the client's clock starts (TLS
+		// 1.3's Finished and the request: lattrace longer).
+		if !near(r.p50, tr.p50, waited, 0.05, time.Millisecond) || !near(r.p99, tr.p99, waited, 0.05, time.Millisecond) {
+			fail("client end p50 %v p99 %v, the client's own %v and %v (it waited %v for a CPU)", r.p50, r.p99, tr.p50, tr.p99, waited)
 		}
 		if !within(r.network, rtt, 0.05, 0) {
 			fail("network %v (median) on a %v path", r.network, rtt)
 		}
-		if !within(r.peer, think, 0.10, time.Millisecond) || !within(r.think, think, 0.10, time.Millisecond) {
-			fail("peer %v (client end) and think %v (server end), the server's %v", r.peer, r.think, think)
+		// The server's own time is the least the peer (client end) and
+		// the think (server end) can be; the most is what the client
+		// waited less the path, which a busy machine stretches with them.
+		most := max(think, tr.p50-rtt)
+		if !between(r.peer, think, most, 0.10, time.Millisecond) || !between(r.think, think, most, 0.10, time.Millisecond) {
+			fail("peer %v (client end) and think %v (server end), the server's own %v, the client's less the path %v", r.peer, r.think, think, tr.p50-rtt)
 		}
 	}
+	// What the machine did beside the run: a finding of slow applications
+	// or of loss is real when its accounts cover it (labtrace.Busy).
+	excuses := a.busy.Excuses()
+	excuses.Requester(waited)
+	excused := false
 	for _, end := range []struct {
 		name string
 		exs  []*record.Exchange
 	}{{"client", client}, {"server", server}} {
+		// What the test made the blamed application take: the server's
+		// time, as the client's peer and the server's think.
+		own := func(n record.DiagnosisName) time.Duration {
+			if end.name == "client" && n == diagnose.PeerThink || end.name == "server" && n == diagnose.LocalThink {
+				return think
+			}
+			return 0
+		}
 		agg := aggregate.New(aggregate.Config{})
 		perConn := map[uint64]int{}
 		for _, e := range end.exs {
@@ -501,6 +563,10 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 					t.Logf("%s on an answer held %v, which left %v after its request on the wire", d.Name, e.Components.SendWait, held)
 					really = true
 				}
+				if d.Severity != record.SeverityInfo && !really && !slices.Contains(tr.expected, d.Name) && excuses.Exchange(e, d.Name, own(d.Name)) {
+					excused = true
+					continue
+				}
 				if d.Severity != record.SeverityInfo && !really && !slices.Contains(tr.expected, d.Name) {
 					fail("%s end: %s %s on an exchange (first %v, %d out, %d in, cwnd %d..%d, rwnd %d..%d, turns %d) of an unimpaired run: %s", end.name, d.Severity, d.Name, e.First, e.BytesOut, e.BytesIn, e.CwndStart, e.CwndEnd, e.RwndStart, e.RwndEnd, e.Turns, d.Summary)
 				}
@@ -508,11 +574,18 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		}
 		for _, p := range agg.Peers() {
 			for _, d := range diagnose.OfPair(&p) {
+				if d.Severity != record.SeverityInfo && !slices.Contains(tr.expected, d.Name) && excuses.Pair(&p, end.exs, d.Name, own(d.Name)) {
+					excused = true
+					continue
+				}
 				if d.Severity != record.SeverityInfo && !slices.Contains(tr.expected, d.Name) {
 					fail("%s end: %s %s on an unimpaired run: %s", end.name, d.Severity, d.Name, d.Summary)
 				}
 			}
 		}
+	}
+	if excused {
+		t.Logf("%s: findings of a busy machine: %v", workload, excuses)
 	}
 	t.Log(r)
 }

@@ -49,6 +49,14 @@ type DaemonConfig struct {
 	RingMiB int
 	// CPUProfile is --cpu-profile ("" = none).
 	CPUProfile string
+	// Args are more flags, after those above.
+	Args []string
+	// Procs, if set, is a cgroup.procs file (a memory cgroup's, v1 or v2)
+	// the daemon is moved into before it runs, so that everything it
+	// allocates, its BPF maps too, is charged there.
+	Procs string
+	// Env is added to the daemon's environment.
+	Env []string
 }
 
 // StartDaemon starts the daemon and waits until /healthz answers.
@@ -81,8 +89,17 @@ func StartDaemon(c DaemonConfig) (*Daemon, error) {
 	if c.CPUProfile != "" {
 		args = append(args, "--cpu-profile", c.CPUProfile)
 	}
+	args = append(args, c.Args...)
 	d := &Daemon{metrics: addr, pinPath: c.PinPath, bin: c.Bin, log: &lockedBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(c.Bin, args...)
+	if c.Procs != "" {
+		// The shell moves itself, then becomes the daemon: nothing of the
+		// daemon's runs outside the cgroup.
+		args = append([]string{"-c", `echo $$ > "$0" && exec "$@"`, c.Procs, c.Bin}, args...)
+		d.cmd = exec.Command("/bin/sh", args...)
+	} else {
+		d.cmd = exec.Command(c.Bin, args...)
+	}
+	d.cmd.Env = append(os.Environ(), c.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = io.Discard, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
@@ -158,7 +175,8 @@ func (d *Daemon) Metrics() (map[string]float64, error) {
 }
 
 // parseMetrics reads the Prometheus text format, summing each name's
-// series.
+// series; a series with labels is also there on its own, as
+// name{label="value",...} with the labels in the page's order.
 func parseMetrics(r io.Reader) (map[string]float64, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
@@ -168,15 +186,27 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
+			var v float64
+			key := name
 			switch {
 			case m.Counter != nil:
-				out[name] += m.Counter.GetValue()
+				v = m.Counter.GetValue()
 			case m.Gauge != nil:
-				out[name] += m.Gauge.GetValue()
+				v = m.Gauge.GetValue()
 			case m.Untyped != nil:
-				out[name] += m.Untyped.GetValue()
+				v = m.Untyped.GetValue()
 			case m.Histogram != nil:
-				out[name+"_count"] += float64(m.Histogram.GetSampleCount())
+				key, v = name+"_count", float64(m.Histogram.GetSampleCount())
+			default:
+				continue
+			}
+			out[key] += v
+			if lp := m.GetLabel(); len(lp) > 0 {
+				var ls []string
+				for _, l := range lp {
+					ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+				}
+				out[key+"{"+strings.Join(ls, ",")+"}"] += v
 			}
 		}
 	}

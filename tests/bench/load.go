@@ -10,11 +10,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The load generator runs in child processes of the benchmark (the same
@@ -27,14 +30,22 @@ type LoadConfig struct {
 	// Mode "rr": Conns connections doing request/response round trips
 	// for Duration, paced to Rate round trips/s in all (0: as fast as
 	// they go). Mode "hold": Conns connections, one round trip each, then
-	// held open idle until stdin closes. Mode "churn": Conns workers
+	// held open idle until stdin closes. Mode "pend": Conns connections
+	// each sending one request of Size bytes, held open until stdin
+	// closes (a server with a long Think leaves them all unanswered).
+	// Mode "churn": Conns workers
 	// each opening a connection, making one round trip and closing it,
-	// again and again for Duration, as fast as they go.
+	// again and again for Duration, as fast as they go. Mode "flood":
+	// Conns threads each connecting and closing at once with a reset (no
+	// TIME_WAIT to run out of ports), as fast as they go, or at Rate
+	// connections/s in all (flood).
 	Mode     string        `json:"mode"`
 	Conns    int           `json:"conns"`
 	Rate     float64       `json:"rate"`
 	Duration time.Duration `json:"duration"`
 	Size     int           `json:"size"`
+	// Think is how long the server waits before each answer (0: none).
+	Think time.Duration `json:"think,omitempty"`
 	// CPU, if set, pins the whole generator (both ends) to that CPU, as
 	// pinned does.
 	CPU *int `json:"cpu,omitempty"`
@@ -61,16 +72,18 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 	}
 	defer ln.Close()
 	var served sync.WaitGroup
-	go accept(ln, cfg.Size, &served)
+	stop := make(chan struct{})
+	go accept(ln, cfg.Size, cfg.Think, stop, &served)
 	conns := make([]net.Conn, 0, cfg.Conns)
 	defer func() {
+		close(stop)
 		for _, c := range conns {
 			c.Close()
 		}
 		served.Wait()
 	}()
 	for range cfg.Conns {
-		if cfg.Mode == "churn" {
+		if cfg.Mode == "churn" || cfg.Mode == "flood" {
 			break // its workers dial their own
 		}
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -87,6 +100,10 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 	case "churn":
 		res.RoundTrips, err = churn(ln.Addr().String(), cfg)
 		res.Conns = int(res.RoundTrips)
+	case "flood":
+		var n uint64
+		n, err = flood(cfg)
+		res.Conns = int(n)
 	case "hold":
 		buf := make([]byte, cfg.Size)
 		for _, c := range conns {
@@ -95,8 +112,15 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 			}
 			res.RoundTrips++
 		}
+	case "pend":
+		buf := make([]byte, cfg.Size)
+		for _, c := range conns {
+			if _, err = c.Write(buf); err != nil {
+				break
+			}
+		}
 	default:
-		err = fmt.Errorf("mode %q: want rr, hold or churn", cfg.Mode)
+		err = fmt.Errorf("mode %q: want rr, hold, pend, churn or flood", cfg.Mode)
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -104,14 +128,15 @@ func RunLoad(cfg LoadConfig, in io.Reader, out io.Writer) error {
 	if err := json.NewEncoder(out).Encode(res); err != nil {
 		return err
 	}
-	if cfg.Mode == "hold" && err == nil {
+	if (cfg.Mode == "hold" || cfg.Mode == "pend") && err == nil {
 		_, _ = io.Copy(io.Discard, in)
 	}
 	return nil
 }
 
-// accept echoes every message back on every accepted connection.
-func accept(ln net.Listener, size int, wg *sync.WaitGroup) {
+// accept echoes every message back on every accepted connection, think
+// after it arrived (or until stop).
+func accept(ln net.Listener, size int, think time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -125,6 +150,13 @@ func accept(ln net.Listener, size int, wg *sync.WaitGroup) {
 			for {
 				if _, err := io.ReadFull(c, buf); err != nil {
 					return
+				}
+				if think > 0 {
+					select {
+					case <-time.After(think):
+					case <-stop:
+						return
+					}
 				}
 				if _, err := c.Write(buf); err != nil {
 					return
@@ -214,6 +246,92 @@ func churn(addr string, cfg LoadConfig) (uint64, error) {
 		}()
 	}
 	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}
+
+// flood runs Conns threads, each connecting to a listener of its own and
+// closing at once with a reset, until Duration has passed, paced to Rate
+// connections/s in all when set; two threads accept and close. It goes
+// through the system calls directly, on locked threads: the runtime's
+// poller doubled the cost of each connection, which is the kernel's to
+// measure. It returns how many connections were made.
+func flood(cfg LoadConfig) (uint64, error) {
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(ln)
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return 0, err
+	}
+	sa, err := unix.Getsockname(ln)
+	if err != nil {
+		return 0, err
+	}
+	to := sa.(*unix.SockaddrInet4)
+	var accepting sync.WaitGroup
+	for range 2 {
+		accepting.Add(1)
+		go func() {
+			defer accepting.Done()
+			runtime.LockOSThread()
+			for {
+				fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+				if err != nil {
+					return // the listener was shut down
+				}
+				unix.Close(fd)
+			}
+		}()
+	}
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.Conns)
+	end := time.Now().Add(cfg.Duration)
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(cfg.Conns) / cfg.Rate * float64(time.Second))
+	}
+	// SO_LINGER 0: the close sends a reset, and neither end waits in
+	// TIME_WAIT, so the ports last however many connections are made.
+	linger := &unix.Linger{Onoff: 1, Linger: 0}
+	for i := range cfg.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			next := time.Now()
+			for time.Now().Before(end) {
+				if interval > 0 {
+					if w := time.Until(next); w > 0 {
+						time.Sleep(w)
+					}
+					next = next.Add(interval)
+				}
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				err = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, linger)
+				if err == nil {
+					err = unix.Connect(fd, to)
+				}
+				unix.Close(fd)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	unix.Shutdown(ln, unix.SHUT_RDWR) // wakes the acceptors
+	accepting.Wait()
 	return total.Load(), errors.Join(errs...)
 }
 

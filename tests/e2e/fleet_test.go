@@ -179,7 +179,8 @@ func TestFleetGateway(t *testing.T) {
 		m := scrape(t, n.metrics)
 		exported[i] = m["lattrace_spans_sampled_slow_total"] + m["lattrace_spans_sampled_diagnosed_total"] + m["lattrace_spans_sampled_rate_total"]
 		nodeSpans += m["lattrace_spans_exported_total"]
-		for _, c := range []string{"lattrace_spans_dropped_queue_total", "lattrace_spans_dropped_slow_budget_total", "lattrace_export_errors_total", "lattrace_ringbuf_full_total"} {
+		for _, c := range []string{`lattrace_exchanges_unexported_total{reason="queue_full"}`, `lattrace_exchanges_unexported_total{reason="slow_budget"}`,
+			`lattrace_exchanges_unexported_total{reason="rejected"}`, "lattrace_export_errors_total", "lattrace_ringbuf_full_total"} {
 			if v, ok := m[c]; !ok || v != 0 {
 				t.Errorf("%s: %s = %v (present %v): the daemon lost spans with the gateway up", n.name, c, v, ok)
 			}
@@ -394,7 +395,9 @@ func waitLine(t *testing.T, r io.Reader, want string) {
 var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)`)
 
 // scrape reads the Prometheus text page at addr ("host:port", a daemon's
-// or a Collector's) and sums each metric's samples over their labels.
+// or a Collector's) and sums each metric's samples over their labels;
+// each labelled sample is also there under its name and labels as the
+// page writes them (name{label="value"}).
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -409,6 +412,9 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 			v, err := strconv.ParseFloat(m[3], 64)
 			if err == nil {
 				out[m[1]] += v
+				if m[2] != "" {
+					out[m[1]+m[2]] += v
+				}
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -51,18 +50,4 @@ func TestRingBufferOverflowCounted(t *testing.T) {
 	if len(warns) == 0 || !strings.Contains(warns[len(warns)-1], fmt.Sprintf("ringbuf_full=%d", o.Lost)) {
 		t.Errorf("no warning line with ringbuf_full=%d in the daemon's log:\n%s", o.Lost, log)
 	}
-}
-
-// loadgen is this test binary started as the load generator.
-func loadgen(job string) {
-	var cfg bench.LoadConfig
-	if err := json.Unmarshal([]byte(job), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
-	}
-	if err := bench.RunLoad(cfg, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
 }

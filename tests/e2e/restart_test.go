@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,8 +28,9 @@ import (
 // on while no daemon runs; exchanges in flight at the kill complete in the
 // kernel; the records the killed daemon had read but not written wait in the
 // pinned ring buffer for the next one. Every exchange the workload made, on
-// both ends, must be in the JSON lines file and in the OTLP backend exactly
-// once.
+// both ends, must be in the JSON lines file exactly once, and in the OTLP
+// backend once, or twice when the next daemon counted it as possibly
+// repeated (an acknowledgement in flight at the kill).
 func TestRestartAfterKill(t *testing.T) {
 	col := otelcol.Start(t)
 	pins := fmt.Sprintf("/sys/fs/bpf/lattrace-e2e-%d", os.Getpid())
@@ -174,19 +177,30 @@ func TestRestartAfterKill(t *testing.T) {
 			perPort[role][uint16(port)]++
 		}
 	}
+	// A span may arrive twice only when the kill fell between the
+	// backend's taking it and the daemon's storing that it had: the
+	// second daemon counts those exchanges (replayed_unsure in its exit
+	// line), and the repeats must be within that count.
+	unsure := exitCounter(t, log2.String(), "replayed_unsure")
+	repeated := 0
 	for k, n := range perSpan {
-		if n > 1 {
+		if n > 2 {
 			t.Errorf("span %s arrived %d times", k, n)
 		}
+		repeated += n - 1
+	}
+	if repeated > unsure {
+		t.Errorf("%d exchange spans arrived twice, the second daemon counted %d exchanges it may have repeated", repeated, unsure)
 	}
 	for role, per := range perPort {
 		for port, n := range want {
-			if per[port] != n {
-				t.Errorf("OTLP %s spans of the connection from port %d: %d, the workload made %d", role, port, per[port], n)
+			if got := per[port]; got < n || got > n+unsure {
+				t.Errorf("OTLP %s spans of the connection from port %d: %d, the workload made %d (%d possibly repeated)", role, port, got, n, unsure)
 			}
 		}
 	}
-	t.Logf("%d exchanges on %d connections, each once in JSON lines and OTLP on both ends, across a SIGKILL and a restart", total, len(want))
+	t.Logf("%d exchanges on %d connections, each once in JSON lines and in OTLP on both ends (%d spans repeated of %d counted as possibly repeated), across a SIGKILL and a restart",
+		total, len(want), repeated, unsure)
 
 	// --cleanup takes the programs out of the kernel.
 	code, stdout, stderr := run(t, nil, "daemon", "--cleanup", "--pin-path", pins)
@@ -266,4 +280,16 @@ func netnsInode(t *testing.T, name string) uint32 {
 		t.Fatalf("netns %s: %v", name, err)
 	}
 	return uint32(st.Ino)
+}
+
+// exitCounter reads a counter from a daemon's exit line ("stopped ...
+// name=N").
+func exitCounter(t *testing.T, log, name string) int {
+	t.Helper()
+	m := regexp.MustCompile(`msg="?stopped[^\n]* ` + name + `=(\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no %s in the daemon's exit line:\n%s", name, log)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }

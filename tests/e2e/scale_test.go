@@ -117,6 +117,12 @@ type listed struct {
 	Duration  struct {
 		Count uint64 `json:"count"`
 	} `json:"duration"`
+	// Why an exchange is not timed.
+	Partial     uint64 `json:"partial"`
+	Unanswered  uint64 `json:"unanswered"`
+	Multiplexed uint64 `json:"multiplexed"`
+	Pushes      uint64 `json:"pushes"`
+	Unfinished  uint64 `json:"unfinished"`
 }
 
 // check wants n flows, each listed once: a client and a server end per
@@ -135,7 +141,8 @@ func check(total int, flows []listed, n int) error {
 		seen[f.ID] = true
 		roles[f.ConnRole]++
 		if f.Exchanges != 1 || f.Duration.Count != 1 {
-			errs = append(errs, fmt.Errorf("flow %s (%s): %d exchanges, %d timed, want 1", f.ID, f.ConnRole, f.Exchanges, f.Duration.Count))
+			errs = append(errs, fmt.Errorf("flow %s (%s): %d exchanges, %d timed (partial %d, unanswered %d, multiplexed %d, pushes %d, unfinished %d), want 1",
+				f.ID, f.ConnRole, f.Exchanges, f.Duration.Count, f.Partial, f.Unanswered, f.Multiplexed, f.Pushes, f.Unfinished))
 		}
 		if len(errs) > 5 {
 			break

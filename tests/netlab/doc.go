@@ -48,13 +48,20 @@
 //     confound loss-detection tests); it therefore adds a small positive
 //     bias to the mean delay when Jitter exceeds the inter-frame gap.
 //
-// One goroutine per direction reads frames; another, locked to its OS thread
-// with a 1 ns timer slack, sleeps with clock_nanosleep until shortly before
-// the head frame is due (by the running median of its own wake-up latency)
-// and busy-waits the rest. Go's time.Sleep overshoots by up to a millisecond
-// here, which would show in every RTT; sched_yield in the busy-wait would
-// hand the vCPU to any CPU hog for a whole slice. Measured on 2 vCPUs: ping
-// median RTT 20.1 ms for 2 x 10 ms, also with both vCPUs busy.
+// The relay is a process of its own: the program that builds the lab runs
+// its own executable again (this package's init takes over when
+// NETLAB_RELAY_PROCESS is set), hands it the packet sockets and talks to it
+// over a socket (the links, SetLink, Stats); it ends with the lab or with
+// its builder. Every thread of it runs at SCHED_FIFO, so a CPU hog beside
+// the lab does not delay a frame: inside a busy test process, or at the
+// default policy, the hog's time slices and the Go runtime's pauses and
+// hand-offs showed in the emulated delay. One goroutine per direction
+// reads frames; another, locked to its OS thread with a 1 ns timer slack,
+// sleeps with clock_nanosleep until shortly before the head frame is due
+// (by the running median of its own wake-up latency) and busy-waits the
+// rest. Go's time.Sleep overshoots by up to a millisecond here, which would
+// show in every RTT; sched_yield in the busy-wait would hand the vCPU to
+// any CPU hog for a whole slice.
 //
 // Costs and limits: every frame crosses userspace (tens of microseconds of
 // base latency when Delay is 0; over 1 Gbit/s of bulk TCP here). The relay's

@@ -2,10 +2,15 @@ package netlab
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,12 +52,58 @@ type direction struct {
 	frames, bytes, sendErrors, kernelDrops atomic.Uint64
 }
 
+// The relay runs in a process of its own, every thread of it at the
+// real-time policy (rtPriority). A link's delay is the lab's truth, and a
+// wire does not slow down when the hosts' CPUs are busy. Inside the process
+// that builds the lab (a test, with its tracer, clients and servers) it
+// would: at the default policy a CPU hog beside the lab (a busy neighbour on
+// a shared machine) delays its wake-ups by whole time slices, and real-time
+// threads there still wait for the Go runtime's processors, its garbage
+// collector's pauses and its scheduler's hand-offs, all run by threads the
+// hog preempts. In a process of its own, idle but for the frames, nothing
+// of that stands between a due frame and its delivery. The hosts' kernel
+// work for a frame runs inside the relay's send, so it goes first too,
+// while the hosts' programs keep the default policy and wait for a CPU as
+// they would on a busy machine.
+const rtPriority = 10
+
+// relayEnv, set in its environment, makes a program that links this
+// package the relay of one lab: the process that builds the lab runs its
+// own executable again, before its main.
+const relayEnv = "NETLAB_RELAY_PROCESS"
+
+func init() {
+	if os.Getenv(relayEnv) != "" {
+		os.Exit(serveRelay())
+	}
+}
+
+// relay is the lab's handle on its relay process, which it talks to over a
+// socket: the links at start and at SetLink, the counters at Stats. The
+// process ends when the socket closes, with the lab or with the process
+// that built it.
 type relay struct {
-	fdA, fdB int // packet sockets bound to ma0 and mb0 in the middle namespace
-	dirs     [2]*direction
-	done     chan struct{}
-	wg       sync.WaitGroup
-	statsMu  sync.Mutex // PACKET_STATISTICS reads reset the kernel counters
+	cmd  *exec.Cmd
+	ctrl *os.File
+	enc  *json.Encoder
+	dec  *json.Decoder
+	mu   sync.Mutex // one call at a time
+	done chan struct{}
+	err  error // why the process ended, once done is closed
+}
+
+// relayCall is a request to the relay process: at start, its seed and
+// both links; then a new link for some directions, or the counters.
+type relayCall struct {
+	Seed  uint64      `json:",omitempty"`
+	Set   []Direction `json:",omitempty"`
+	Links [2]Link
+	Stats bool `json:",omitempty"`
+}
+
+type relayReply struct {
+	Err   string `json:",omitempty"`
+	Stats [2]LinkStats
 }
 
 // openPacketSocket must run inside the middle namespace: both the interface
@@ -104,48 +155,187 @@ func openPacketSocket(ifname string) (int, error) {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func startRelay(middleNetns string, atob, btoa *shaper) (*relay, error) {
-	r := &relay{fdA: -1, fdB: -1, done: make(chan struct{})}
-	err := doInNetns(middleNetns, func() error {
-		var err error
-		if r.fdA, err = openPacketSocket("ma0"); err != nil {
-			return err
+// startRelay opens the packet sockets on ma0 and mb0 in the middle
+// namespace and hands them to a relay process.
+func startRelay(middleNetns string, links [2]Link, seed uint64) (*relay, error) {
+	// The process gets its own copies: these close when it has started
+	// (an os.File closes its descriptor once, by Close or by its finalizer).
+	var sockets []*os.File
+	defer func() {
+		for _, f := range sockets {
+			f.Close()
 		}
-		r.fdB, err = openPacketSocket("mb0")
-		return err
+	}()
+	err := doInNetns(middleNetns, func() error {
+		for _, ifname := range []string{"ma0", "mb0"} {
+			fd, err := openPacketSocket(ifname)
+			if err != nil {
+				return err
+			}
+			sockets = append(sockets, os.NewFile(uintptr(fd), ifname))
+		}
+		return nil
 	})
 	if err != nil {
-		r.closeFDs()
 		return nil, err
 	}
-	r.dirs[AtoB] = &direction{sh: atob, in: r.fdA, out: r.fdB}
-	r.dirs[BtoA] = &direction{sh: btoa, in: r.fdB, out: r.fdA}
-	for _, d := range r.dirs {
-		r.wg.Add(2)
-		go r.read(d)
-		go r.deliver(d)
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("relay socket: %w", err)
+	}
+	ctrl, theirs := os.NewFile(uintptr(pair[0]), "relay"), os.NewFile(uintptr(pair[1]), "relay")
+	sockets = append(sockets, theirs)
+	exe, err := os.Executable()
+	if err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("relay process: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), relayEnv+"=1")
+	// fds 3 (ma0), 4 (mb0) and 5 (this socket) of the relay process
+	// (serveRelay).
+	cmd.ExtraFiles = sockets
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("relay process: %w", err)
+	}
+	r := &relay{cmd: cmd, ctrl: ctrl, enc: json.NewEncoder(ctrl), dec: json.NewDecoder(ctrl), done: make(chan struct{})}
+	go func() {
+		r.err = cmd.Wait()
+		close(r.done)
+	}()
+	if _, err := r.call(relayCall{Seed: seed, Links: links}); err != nil {
+		r.stop()
+		return nil, err
 	}
 	return r, nil
 }
 
-func (r *relay) closeFDs() {
-	r.statsMu.Lock()
-	defer r.statsMu.Unlock()
-	for _, fd := range []*int{&r.fdA, &r.fdB} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
+// call sends one request to the relay process and reads its reply.
+func (r *relay) call(c relayCall) (relayReply, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rep relayReply
+	if err := r.enc.Encode(c); err != nil {
+		return rep, fmt.Errorf("relay process: %w", err)
+	}
+	if err := r.dec.Decode(&rep); err != nil {
+		return rep, fmt.Errorf("relay process: %w", err)
+	}
+	if rep.Err != "" {
+		return rep, errors.New(rep.Err)
+	}
+	return rep, nil
+}
+
+// set changes the link of some directions.
+func (r *relay) set(dirs []Direction, l Link) error {
+	_, err := r.call(relayCall{Set: dirs, Links: [2]Link{l, l}})
+	return err
+}
+
+func (r *relay) stats() (atob, btoa LinkStats, err error) {
+	rep, err := r.call(relayCall{Stats: true})
+	return rep.Stats[AtoB], rep.Stats[BtoA], err
+}
+
+// stop closes the relay's socket, which ends the process, and waits for
+// it: a relay that ended before, or not at once, is an error.
+func (r *relay) stop() error {
+	select {
+	case <-r.done:
+		r.ctrl.Close()
+		return fmt.Errorf("netlab: the relay process ended before the lab: %v", r.err)
+	default:
+	}
+	r.ctrl.Close()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(10 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+		return errors.New("netlab: the relay process did not end with its lab")
 	}
 }
 
-func (r *relay) stop() {
-	close(r.done)
-	r.wg.Wait()
-	r.closeFDs()
+// serveRelay is the relay process: it forwards frames between the packet
+// sockets it was handed and answers its lab's requests until the lab
+// closes the socket. It returns the exit status.
+func serveRelay() int {
+	ctrl := os.NewFile(5, "relay")
+	enc, dec := json.NewEncoder(ctrl), json.NewDecoder(ctrl)
+	var start relayCall
+	if err := dec.Decode(&start); err != nil {
+		fmt.Fprintf(os.Stderr, "netlab relay: %v\n", err)
+		return 1
+	}
+	if err := realtime(); err != nil {
+		enc.Encode(relayReply{Err: err.Error()})
+		return 1
+	}
+	f := &forwarder{fdA: 3, fdB: 4, done: make(chan struct{})}
+	f.dirs[AtoB] = &direction{sh: newShaper(start.Links[AtoB], start.Seed, uint64(AtoB)), in: f.fdA, out: f.fdB}
+	f.dirs[BtoA] = &direction{sh: newShaper(start.Links[BtoA], start.Seed, uint64(BtoA)), in: f.fdB, out: f.fdA}
+	for _, d := range f.dirs {
+		f.wg.Add(2)
+		go f.read(d)
+		go f.deliver(d)
+	}
+	defer f.stop()
+	rep := relayReply{}
+	for enc.Encode(rep) == nil {
+		var c relayCall
+		if dec.Decode(&c) != nil {
+			break // the lab is closed
+		}
+		rep = relayReply{}
+		for _, d := range c.Set {
+			f.dirs[d].sh.set(c.Links[d])
+		}
+		if c.Stats {
+			rep.Stats[AtoB], rep.Stats[BtoA] = f.stats(monoNow())
+		}
+	}
+	return 0
 }
 
-func (r *relay) stopped() bool {
+// realtime puts every thread of the process at rtPriority; threads the
+// runtime starts later inherit it.
+func realtime() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: rtPriority}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(filepath.Base(task.Name()))
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("netlab: the relay at SCHED_FIFO %d: %w", rtPriority, err)
+		}
+	}
+	return nil
+}
+
+// forwarder moves the frames of both directions, in the relay process.
+type forwarder struct {
+	fdA, fdB int // packet sockets bound to ma0 and mb0 in the middle namespace
+	dirs     [2]*direction
+	done     chan struct{}
+	wg       sync.WaitGroup
+	statsMu  sync.Mutex // PACKET_STATISTICS reads reset the kernel counters
+}
+
+func (r *forwarder) stop() {
+	close(r.done)
+	r.wg.Wait()
+}
+
+func (r *forwarder) stopped() bool {
 	select {
 	case <-r.done:
 		return true
@@ -154,7 +344,7 @@ func (r *relay) stopped() bool {
 	}
 }
 
-func (r *relay) read(d *direction) {
+func (r *forwarder) read(d *direction) {
 	defer r.wg.Done()
 	buf := make([]byte, 1<<16+ethHeaderLen)
 	oob := make([]byte, unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{}))))
@@ -196,7 +386,7 @@ func arrivalTime(oob []byte) int64 {
 	return mono
 }
 
-func (r *relay) deliver(d *direction) {
+func (r *forwarder) deliver(d *direction) {
 	defer r.wg.Done()
 	// The thread is dedicated to precise sleeps; with the default 50 us timer
 	// slack clock_nanosleep wakes 50-100 us late. Leaving the goroutine
@@ -266,7 +456,7 @@ func (s *sleeper) until(due int64) {
 	}
 }
 
-func (r *relay) stats(now int64) (atob, btoa LinkStats) {
+func (r *forwarder) stats(now int64) (atob, btoa LinkStats) {
 	r.statsMu.Lock()
 	defer r.statsMu.Unlock()
 	out := [2]LinkStats{}

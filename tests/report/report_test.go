@@ -29,6 +29,7 @@ import (
 	"github.com/lattrace/lattrace/cli/report"
 	"github.com/lattrace/lattrace/exporters/recording"
 	"github.com/lattrace/lattrace/record"
+	"github.com/lattrace/lattrace/tests/bench"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
@@ -36,21 +37,7 @@ import (
 var lattrace string // the binary under test
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lattrace-report-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	lattrace = filepath.Join(dir, "lattrace")
-	build := exec.Command("go", "build", "-o", lattrace, "github.com/lattrace/lattrace/cmd/lattrace")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building lattrace:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	bench.RunWithLattrace(m, "lattrace-report-", &lattrace)
 }
 
 const port = 7000

@@ -45,9 +45,12 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			checkSums(t, pairs)
 			med := componentMedians(pairs, true)
 			t.Logf("medians: %v", med)
+			// The injected delay is the path's floor; what the path gave
+			// the exchanges is on the wire (below), which an emulated
+			// CPU's slow stacks make longer.
 			rtt := 2 * oneWay
-			if !near(med["network"], rtt) {
-				t.Errorf("network %v, want %v +- %v", med["network"], rtt, tolerance(rtt))
+			if med["network"] < rtt-tolerance(rtt) {
+				t.Errorf("network %v, below the injected %v less %v", med["network"], rtt, tolerance(rtt))
 			}
 			accuracy(t, "network (median)", "ms", msf(rtt), fmt.Sprintf("injected: %v each way", oneWay), msf(med["network"]))
 			var server []time.Duration
@@ -63,9 +66,25 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 			if len(truth) != len(pairs) {
 				t.Fatalf("%d exchanges on the wire, %d traced", len(truth), len(pairs))
 			}
-			// tshark's own ACK RTT on A's interface (the ACKs B sent) is
-			// an independent measure of the path; with an immediate server
-			// it is the network component.
+			// The path's round trip per exchange on the wire: from the
+			// request leaving A to the response reaching A, less B's
+			// turnaround between them. With a peer that thinks, every ACK
+			// of a request waits for the answer, so the connection's only
+			// clean round trip may be its handshake's: lattrace's network
+			// is the one or the other, as the wire saw them in this run
+			// (they differ where the emulated CPU was slower for one).
+			var nets []time.Duration
+			for _, x := range truth[1:] {
+				nets = append(nets, x.network())
+			}
+			wireRTT, synRTT := median(nets), w.synRTT(netip.MustParseAddrPort(recs[0].Local))
+			if !near(med["network"], wireRTT) && !(c.think > 0 && near(med["network"], synRTT)) {
+				t.Errorf("lattrace network median %v vs the wire's %v (handshake %v): more than %v apart", med["network"], wireRTT, synRTT, tolerance(wireRTT))
+			}
+			// tshark's own ACK RTT on A's interface (the ACKs B sent) is an
+			// independent measure of the path and B's turnaround with it,
+			// which for an immediate server is short on an idle machine and
+			// longer on a busy one: lattrace's network is no longer.
 			if c.think == 0 {
 				samples, err := capture.ACKRTTs(w.pa, capture.SentBy(s.lab.B.IPv4))
 				if err != nil {
@@ -74,8 +93,8 @@ func TestPathDelayAndThinkTime(t *testing.T) {
 				tsharkRTT := median(capture.RTTs(samples))
 				accuracy(t, "network (median)", "ms", msf(tsharkRTT), "tshark ACK RTT, capture at A", msf(med["network"]))
 				t.Logf("tshark median ACK RTT %v over %d samples, lattrace network %v", tsharkRTT, len(samples), med["network"])
-				if !near(med["network"], tsharkRTT) {
-					t.Errorf("lattrace network median %v vs tshark ACK RTT median %v: more than %v apart", med["network"], tsharkRTT, tolerance(tsharkRTT))
+				if med["network"] > tsharkRTT+tolerance(tsharkRTT) {
+					t.Errorf("lattrace network median %v above tshark's ACK RTT median %v by more than %v", med["network"], tsharkRTT, tolerance(tsharkRTT))
 				}
 			}
 			within := 0

@@ -14,6 +14,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/record"
+	"github.com/lattrace/lattrace/tests/labtrace"
 	"github.com/lattrace/lattrace/tests/netlab"
 	"github.com/lattrace/lattrace/tests/workload"
 )
@@ -27,6 +28,12 @@ type verdict struct {
 	perExchange map[record.DiagnosisName]int
 	exchanges   int
 	flows       []aggregate.FlowStats // every flow of the lab, both sides
+	// side are the side's exchanges, diagnosed those of them with each
+	// diagnosis; excuses what the machine did beside the run, which makes
+	// findings of slow applications and of loss real in a control run.
+	side      []*record.Exchange
+	diagnosed map[record.DiagnosisName][]*record.Exchange
+	excuses   *labtrace.Excuses
 }
 
 // verdict aggregates the exchanges in netns taken by role (requester in A,
@@ -39,7 +46,7 @@ func (s *scenario) verdict(netns uint32, role record.ExchangeRole) verdict {
 func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
 	s.t.Helper()
 	side, all := aggregate.New(aggregate.Config{}), aggregate.New(aggregate.Config{})
-	v := verdict{perExchange: map[record.DiagnosisName]int{}}
+	v := verdict{perExchange: map[record.DiagnosisName]int{}, diagnosed: map[record.DiagnosisName][]*record.Exchange{}, excuses: s.busy.Excuses()}
 	kept := map[uint64]bool{}
 	var role record.ExchangeRole
 	s.col.Mu.Lock()
@@ -51,8 +58,10 @@ func (s *scenario) verdictOf(keep func(*record.Exchange) bool) verdict {
 		side.AddExchange(e)
 		kept[e.Cookie], role = true, e.Role
 		v.exchanges++
+		v.side = append(v.side, e)
 		for _, d := range diagnose.Exchange(e) {
 			v.perExchange[d.Name]++
+			v.diagnosed[d.Name] = append(v.diagnosed[d.Name], e)
 		}
 	}
 	for _, c := range s.col.Closes {
@@ -121,14 +130,45 @@ func (v verdict) fires(t *testing.T, n record.DiagnosisName, minShare float64) *
 	return d
 }
 
-// quiet asserts that n fires neither on the pair nor on any exchange.
+// quiet asserts that n fires neither on the pair nor on any exchange,
+// but where it is what the machine did beside the run (labtrace.Busy):
+// applications slow for want of a CPU, segments sent again.
 func (v verdict) quiet(t *testing.T, n record.DiagnosisName) {
 	t.Helper()
+	excused := 0
 	if d := find(v.diagnoses, n); d != nil {
-		t.Errorf("%s fired in the control run: %+v", n, *d)
+		if !v.excuses.Pair(&v.pair, v.side, n, 0) {
+			t.Errorf("%s fired in the control run: %+v (%v)", n, *d, v.excuses)
+		} else {
+			excused++
+		}
 	}
-	if c := v.perExchange[n]; c > 0 {
-		t.Errorf("%s fired on %d of %d exchanges in the control run", n, c, v.exchanges)
+	unexcused := 0
+	for _, e := range v.diagnosed[n] {
+		if v.excuses.Exchange(e, n, 0) {
+			excused++
+		} else {
+			unexcused++
+		}
+	}
+	if unexcused > 0 {
+		t.Errorf("%s fired on %d of %d exchanges in the control run (%v)", n, unexcused, v.exchanges, v.excuses)
+	}
+	if excused > 0 {
+		t.Logf("%s: findings of a busy machine: %v", n, v.excuses)
+	}
+}
+
+// silent asserts that nothing fires, as quiet does for each diagnosis.
+func (v verdict) silent(t *testing.T) {
+	t.Helper()
+	for _, d := range v.diagnoses {
+		if v.perExchange[d.Name] == 0 {
+			v.quiet(t, d.Name)
+		}
+	}
+	for n := range v.perExchange {
+		v.quiet(t, n)
 	}
 }
 
@@ -207,6 +247,7 @@ func TestDiagnoseBufferbloat(t *testing.T) {
 			s.settle(recs)
 			return s.verdict(s.netnsA, record.Requester), nil, s
 		}
+		s.uploadStartsWithFullWindow()
 		// The upload goes to a service of its own, so the two pairs stay apart.
 		s.server(workload.ServerConfig{Listen: fmt.Sprintf("[::]:%d", port+1)})
 		ctx, cancel := context.WithCancel(context.Background())
@@ -214,27 +255,42 @@ func TestDiagnoseBufferbloat(t *testing.T) {
 		go func() {
 			bulkDone <- s.lab.A.Do(func() error {
 				_, err := workload.RunBulk(ctx, workload.BulkConfig{Addr: netip.AddrPortFrom(s.lab.B.IPv4, port+1).String(),
-					Direction: workload.BulkUp, Duration: 7 * time.Second})
+					Direction: workload.BulkUp, Duration: time.Minute})
 				return err
 			})
 		}()
-		time.Sleep(2 * time.Second) // let the queue fill
+		// The queue in front of the bottleneck fills first.
+		s.waitFor("the upload to fill half the bottleneck's queue", func() bool {
+			atob, _ := s.lab.Stats()
+			return atob.QueueBytes >= bottleneck.QueueLimitBytes/2
+		})
 		pingOut := make(chan []time.Duration, 1)
-		go func() { pingOut <- ping(t, s.lab.A, s.lab.B.IPv4, 20) }()
-		// Fewer exchanges: each takes a queue's worth, and all must run
-		// while the upload does.
+		// Pings through the same queue for as long as the exchanges run
+		// (a dozen of up to 0.85 s), so both see the same queue.
+		go func() { pingOut <- ping(t, s.lab.A, s.lab.B.IPv4, 80) }()
+		// Fewer exchanges: each takes a queue's worth (up to 0.85 s), and
+		// all must run while the upload does (it ends when cancelled).
 		loaded := rr
-		loaded.Count = 20
+		loaded.Count = 12
 		recs := s.client(loaded)
 		pings := <-pingOut
+		cancel()
 		if err := <-bulkDone; err != nil {
 			t.Fatalf("bulk upload: %v", err)
 		}
-		cancel()
 		s.settle(recs)
 		// The upload's exchange is known at its close, once the queue in
-		// front of its FIN drained (1 MB at 10 Mbit/s: under a second).
-		time.Sleep(1500 * time.Millisecond)
+		// front of its FIN drained.
+		s.waitFor("the upload's close", func() bool {
+			s.col.Mu.Lock()
+			defer s.col.Mu.Unlock()
+			for _, c := range s.col.Closes {
+				if c.Flow.Netns == s.netnsA && c.Flow.Remote.Port() == port+1 {
+					return true
+				}
+			}
+			return false
+		})
 		// The verdict on the small flow alone: the upload is another pair.
 		return s.verdictOf(func(e *record.Exchange) bool {
 			return e.Flow.Netns == s.netnsA && e.Role == record.Requester && e.Flow.Remote.Port() == port
@@ -243,9 +299,7 @@ func TestDiagnoseBufferbloat(t *testing.T) {
 	t.Run("quiet", func(t *testing.T) {
 		v, _, _ := run(t, false)
 		v.quiet(t, diagnose.Bufferbloat)
-		if len(v.diagnoses) != 0 {
-			t.Errorf("diagnoses on a quiet path: %v", names(v.diagnoses))
-		}
+		v.silent(t)
 	})
 	t.Run("beside a bulk upload", func(t *testing.T) {
 		v, pings, _ := run(t, true)
@@ -276,25 +330,56 @@ func TestDiagnoseConnectionPerRequest(t *testing.T) {
 		t.Run(fmt.Sprintf("%s tls=%v", c.mode, c.tls), func(t *testing.T) {
 			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
 			s.server(workload.ServerConfig{TLS: c.tls})
+			w := s.captureBoth()
 			recs := s.client(workload.ClientConfig{ReqSize: 200, RespSize: 2000, Count: 15, Interval: 100 * time.Millisecond, Mode: c.mode, TLS: c.tls})
 			s.settle(recs)
+			w.stop()
 			v := s.verdict(s.netnsA, record.Requester)
 			if c.mode == workload.ModePersistent {
 				v.quiet(t, diagnose.ConnPerRequest)
 				return
 			}
+			// The handshake as A's side of the wire saw it: from the SYN
+			// to the client's first data, which a client waiting for a
+			// CPU after its connect sends late; never less than the
+			// path's round trip. Its share of the client's own time
+			// (longer than lattrace's exchanges) is the least share the
+			// finding can have.
+			wire := w.handshakes()
+			var hs []time.Duration
+			var own time.Duration
+			for _, r := range recs {
+				hs = append(hs, wire[netip.MustParseAddrPort(r.Local).Port()])
+				own += time.Duration(r.LastRespByteNs - r.ConnectStartNs)
+			}
+			least := float64(mean(hs)) * float64(len(hs)) / float64(own)
 			d := find(v.diagnoses, diagnose.ConnPerRequest)
 			if d == nil {
-				t.Fatalf("connection_per_request did not fire; diagnoses %v", names(v.diagnoses))
+				if least >= 0.25 {
+					t.Fatalf("connection_per_request did not fire, with handshakes %.0f %% of the client's own time at least; diagnoses %v", 100*least, names(v.diagnoses))
+				}
+				t.Logf("connection_per_request did not fire: the client's own time was mostly not handshakes (%.0f %%)", 100*least)
+				return
 			}
-			within(t, "handshake (ms)", evidence(t, d, "handshake_mean")*100/evidence(t, d, "exchanges_with_handshake"), 19, 23)
+			got := time.Duration(evidence(t, d, "handshake_mean") * 100 / evidence(t, d, "exchanges_with_handshake") * float64(time.Millisecond))
+			if truth := mean(hs); len(wire) != len(recs) || !near(got, truth) || got < 19*time.Millisecond {
+				t.Errorf("handshake %v (mean), the wire's %v over %d connections of %d", got, truth, len(wire), len(recs))
+			}
+			within(t, "share", d.Share, least-0.1, 0.6)
 			if !c.tls {
-				// One RTT of handshake and one of exchange: half the latency.
-				within(t, "share", d.Share, 0.4, 0.6)
 				within(t, "exchanges with a handshake (%)", evidence(t, d, "exchanges_with_handshake"), 100, 100)
 				within(t, "exchanges per connection", evidence(t, d, "exchanges_per_connection"), 1, 1)
-				if n := v.perExchange[diagnose.ConnPerRequest]; n != v.exchanges {
-					t.Errorf("%d of %d exchanges diagnosed", n, v.exchanges)
+				// An exchange is named when its handshake is 30 % of it:
+				// so is every one whose wire handshake is 30 % of the
+				// client's own time for it, which is longer.
+				must := 0
+				for i, r := range recs {
+					if float64(hs[i]) >= 0.3*float64(r.LastRespByteNs-r.ConnectStartNs) {
+						must++
+					}
+				}
+				if n := v.perExchange[diagnose.ConnPerRequest]; n < must || n > v.exchanges {
+					t.Errorf("%d of %d exchanges diagnosed, %d with a handshake of 30 %% of the client's own time", n, v.exchanges, must)
 				}
 				return
 			}
@@ -476,24 +561,35 @@ func retransSegs(t *testing.T, h *netlab.Host) uint64 {
 func TestDiagnoseManyTurns(t *testing.T) {
 	for _, queries := range []int{3, 1} {
 		t.Run(fmt.Sprintf("%d queries per request", queries), func(t *testing.T) {
-			s := newScenario(t, symmetric(2500*time.Microsecond), tracer.Options{})
+			// A 20 ms round trip: a burst ends at a silence of a quarter
+			// of it (5 ms), which a client descheduled between two queries
+			// on a busy machine does not reach.
+			s := newScenario(t, symmetric(10*time.Millisecond), tracer.Options{})
 			s.server(workload.ServerConfig{})
 			conn := s.dial()
 			id := uint64(0)
+			// The client's own longest pause between two queries of a request.
+			var pause time.Duration
 			for range 10 {
-				for range queries {
+				var answered time.Time
+				for q := range queries {
 					id++
 					req := make([]byte, 200)
 					workload.Header{Kind: workload.KindRequest, ID: id, ReqLen: 200, RespLen: 500}.Put(req)
+					if q > 0 {
+						pause = max(pause, time.Since(answered))
+					}
 					if _, err := conn.Write(req); err != nil {
 						t.Fatal(err)
 					}
 					if _, err := io.ReadFull(conn, make([]byte, 500)); err != nil {
 						t.Fatal(err)
 					}
+					answered = time.Now()
 				}
 				time.Sleep(100 * time.Millisecond) // the user's think time
 			}
+			t.Logf("the client's longest pause between two queries of a request: %v", pause)
 			local := conn.LocalAddr().String()
 			conn.Close()
 			s.settle([]workload.ClientRecord{{Local: local}})
@@ -504,7 +600,7 @@ func TestDiagnoseManyTurns(t *testing.T) {
 			}
 			d := find(v.diagnoses, diagnose.ManyTurns)
 			if d == nil {
-				t.Fatalf("many_turns did not fire; diagnoses %v, turns %+v", names(v.diagnoses), v.pair.Turns)
+				t.Fatalf("many_turns did not fire; diagnoses %v, turns %+v; the client's longest pause inside a request %v", names(v.diagnoses), v.pair.Turns, pause)
 			}
 			// Six turns a request; the last before the close has five (no
 			// request follows its response).
@@ -585,23 +681,11 @@ func TestDiagnoseNothingOnACleanPath(t *testing.T) {
 	if v.exchanges < 1000 {
 		t.Fatalf("%d exchanges traced, want at least 1000", v.exchanges)
 	}
-	if len(v.diagnoses) != 0 {
-		t.Errorf("diagnoses on a clean path: %+v", v.diagnoses)
-	}
-	for n, c := range v.perExchange {
-		// A server that stalls 20 ms on this shared 2-vCPU machine
-		// really did take half of that exchange: a handful in 1,000 is
-		// the machine, not a false finding. Anything else is.
-		if n == diagnose.PeerThink && c <= 3 {
-			t.Logf("%s on %d of %d exchanges: the server stalled", n, c, v.exchanges)
-			continue
-		}
-		t.Errorf("%s fired on %d of %d exchanges of a clean path", n, c, v.exchanges)
-	}
-	b := s.verdict(s.netnsB, record.Responder)
-	if len(b.diagnoses) != 0 || len(b.perExchange) != 0 {
-		t.Errorf("responder side: %v, per exchange %v", names(b.diagnoses), b.perExchange)
-	}
+	// A server that stalls 20 ms on a busy machine really did take half of
+	// that exchange: the machine's accounts say so, or the finding is
+	// false.
+	v.silent(t)
+	s.verdict(s.netnsB, record.Responder).silent(t)
 }
 
 // An asymmetric path carries far more one way than the other. One

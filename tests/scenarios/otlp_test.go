@@ -98,7 +98,7 @@ func TestBothEndsInOneTrace(t *testing.T) {
 	}
 	st := x.Stats()
 	t.Logf("exporter: %+v", st)
-	if st.DroppedQueue != 0 || st.SpansFailed != 0 || st.DroppedSampling != 0 {
+	if st.DroppedQueue() != 0 || st.ExportErrors != 0 || st.DroppedSampling != 0 {
 		t.Errorf("spans lost within the queue bound: %+v", st)
 	}
 	col.WaitForMetric(t, otlp.MetricDuration, 15*time.Second)

@@ -45,7 +45,9 @@ func (x wireExchange) network() time.Duration { return x.respA.Sub(x.reqA) - x.p
 func (x wireExchange) peer() time.Duration    { return x.respB.Sub(x.reqB) }
 
 // exchanges pairs, on the connection of client, each request's last data
-// segment with the response's first one, in order.
+// segment with the response's first one, in order. A segment that carries
+// no byte not seen before at that capture is a retransmission of what the
+// capture saw already: the times are the first passage of each byte there.
 func (w *wire) exchanges(client netip.AddrPort) []wireExchange {
 	w.t.Helper()
 	side := func(pcap string) (reqs, resps []time.Time) {
@@ -54,8 +56,14 @@ func (w *wire) exchanges(client netip.AddrPort) []wireExchange {
 			w.t.Fatal(err)
 		}
 		inResp := true
+		seen := map[bool]uint32{} // by fromClient: the end of the bytes seen
 		for _, f := range frames {
 			fromClient := f.Src == client
+			end := f.Seq + uint32(f.Len)
+			if end <= seen[fromClient] {
+				continue
+			}
+			seen[fromClient] = end
 			switch {
 			case fromClient && inResp:
 				reqs = append(reqs, f.Time)
@@ -77,4 +85,50 @@ func (w *wire) exchanges(client netip.AddrPort) []wireExchange {
 		out[i] = wireExchange{reqA[i], respA[i], reqB[i], respB[i]}
 	}
 	return out
+}
+
+// handshakes are, by client port, the time from each connection's SYN to
+// its client's first data segment on A's side of the wire.
+func (w *wire) handshakes() map[uint16]time.Duration {
+	w.t.Helper()
+	frames, err := capture.Frames(w.pa, fmt.Sprintf("tcp.dstport == %d", port))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	syn := map[uint16]time.Time{}
+	out := map[uint16]time.Duration{}
+	for _, f := range frames {
+		p := f.Src.Port()
+		if _, done := out[p]; done {
+			continue
+		}
+		switch {
+		case f.Flags&0x12 == 0x02:
+			syn[p] = f.Time
+		case f.Len > 0 && !syn[p].IsZero():
+			out[p] = f.Time.Sub(syn[p])
+		}
+	}
+	return out
+}
+
+// synRTT is the round trip of client's handshake on A's side of the wire:
+// from its SYN to the SYN-ACK.
+func (w *wire) synRTT(client netip.AddrPort) time.Duration {
+	w.t.Helper()
+	frames, err := capture.Frames(w.pa, fmt.Sprintf("tcp.port == %d && tcp.flags.syn == 1", client.Port()))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var syn time.Time
+	for _, f := range frames {
+		switch {
+		case f.Src == client && syn.IsZero():
+			syn = f.Time
+		case f.Src != client && !syn.IsZero():
+			return f.Time.Sub(syn)
+		}
+	}
+	w.t.Fatalf("no handshake of %v on the wire", client)
+	return 0
 }

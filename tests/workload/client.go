@@ -474,7 +474,7 @@ func newSession(ctx context.Context, c *client, conn net.Conn, info connInfo) *s
 		dead:    make(chan struct{}),
 		pending: map[uint64]*inflight{},
 	}
-	s.tr = newTimedReader(conn, c.cfg.ReadChunk, c.cfg.ReadGap, s.dead)
+	s.tr = newTimedReader(newSyscallReader(conn), c.cfg.ReadChunk, c.cfg.ReadGap, s.dead)
 	return s
 }
 
@@ -691,6 +691,7 @@ func (s *session) readLoop() {
 			return
 		}
 		in.rec.LastRespByteNs = lastNs
+		in.rec.LastReadCallNs = s.tr.callNs
 		in.rec.ServerThinkNs = int64(hdr.ThinkMicros) * int64(time.Microsecond)
 		in.rec.ServerNs = int64(hdr.Aux)
 		switch {

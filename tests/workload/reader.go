@@ -3,7 +3,11 @@ package workload
 import (
 	"errors"
 	"io"
+	"net"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // timedReader reads messages from a connection and remembers when each byte
@@ -16,6 +20,9 @@ type timedReader struct {
 	buf    []byte
 	s, e   int
 	fillNs int64 // MonoNow right after the Read that filled buf
+	// callNs is MonoNow right before that Read, or before its system call
+	// when r is a syscallReader: the kernel read the bytes between the two.
+	callNs int64
 	err    error // sticky error returned by Read along with data
 
 	maxRead int             // cap on one Read (slow reader); 0: len(buf)
@@ -47,9 +54,14 @@ func (t *timedReader) fill() error {
 		n = t.maxRead
 	}
 	for {
+		call := MonoNow()
 		m, err := t.r.Read(t.buf[:n])
 		if m > 0 {
 			t.fillNs = MonoNow()
+			t.callNs = call
+			if sr, ok := t.r.(*syscallReader); ok {
+				t.callNs = sr.callNs
+			}
 			t.s, t.e = 0, m
 			t.err = err
 			return nil
@@ -62,6 +74,48 @@ func (t *timedReader) fill() error {
 }
 
 var errClosing = errors.New("workload: connection closing")
+
+// syscallReader reads a TCP connection with read(2) itself, to know when
+// the call that returned data started: the runtime's poller waits for data
+// between calls, so a Read's start is long before the bytes were taken
+// when they had not arrived yet.
+type syscallReader struct {
+	rc     syscall.RawConn
+	callNs int64 // MonoNow before the last read(2)
+}
+
+// newSyscallReader reads conn through a syscallReader when it is a plain
+// TCP connection, and as it is otherwise (TLS).
+func newSyscallReader(conn net.Conn) io.Reader {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return conn
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return conn
+	}
+	return &syscallReader{rc: rc}
+}
+
+func (r *syscallReader) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	if rerr := r.rc.Read(func(fd uintptr) bool {
+		r.callNs = MonoNow()
+		n, err = unix.Read(int(fd), p)
+		return err != unix.EAGAIN && err != unix.EINTR
+	}); rerr != nil {
+		return 0, rerr
+	}
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
 
 // readHeader reads one header. firstNs is the time of the Read that returned
 // its first byte. It returns io.EOF when the stream ended cleanly before the

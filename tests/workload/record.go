@@ -50,6 +50,10 @@ type ClientRecord struct {
 	FirstRespByteNs int64 `json:"first_resp_byte_ns"`
 	// LastRespByteNs: after the read that returned the response's last byte.
 	LastRespByteNs int64 `json:"last_resp_byte_ns"`
+	// LastReadCallNs: before that read; on a plain TCP connection before
+	// its read(2), after any wait for data. The kernel handed the last byte
+	// to the client between LastReadCallNs and LastRespByteNs.
+	LastReadCallNs int64 `json:"last_read_call_ns"`
 	// AppRTTNs is LastRespByteNs - WriteStartNs (0 on error).
 	AppRTTNs int64 `json:"app_rtt_ns"`
 	// Wall is the wall-clock time read next to WriteStartNs (or next to
@@ -110,6 +114,11 @@ type ServerRecord struct {
 	// LastReqByteNs: after the read that returned the request's last byte
 	// (bulk-up: the last byte of the stream).
 	LastReqByteNs int64 `json:"last_req_byte_ns"`
+	// LastReadCallNs: before that read (exchanges); on a plain TCP
+	// connection before its read(2), after any wait for data. The kernel
+	// handed the last byte to the server between LastReadCallNs and
+	// LastReqByteNs.
+	LastReadCallNs int64 `json:"last_read_call_ns,omitempty"`
 	// ThinkStartNs and ThinkEndNs bracket the injected think time.
 	ThinkStartNs int64 `json:"think_start_ns,omitempty"`
 	ThinkEndNs   int64 `json:"think_end_ns,omitempty"`

@@ -66,6 +66,10 @@ type ServerConfig struct {
 	// DiscardRecords stops the server from keeping records in memory (for
 	// long runs with Out set); Serve then returns none.
 	DiscardRecords bool
+	// Hold, if set, is called with each request's id after the think
+	// time, and its response is written when Hold returns: a test holds
+	// an answer until something it waits for has happened.
+	Hold func(id uint64)
 }
 
 // Validate checks the configuration.
@@ -314,7 +318,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn, acceptNs int64) {
 		cs.conn = tc
 	}
 	defer cs.close()
-	cs.tr = newTimedReader(cs.conn, s.cfg.ReadChunk, s.cfg.ReadGap, s.done)
+	cs.tr = newTimedReader(newSyscallReader(cs.conn), s.cfg.ReadChunk, s.cfg.ReadGap, s.done)
 
 	sem := make(chan struct{}, s.cfg.MaxInFlight)
 	var inflight sync.WaitGroup
@@ -369,7 +373,7 @@ func (s *Server) handle(ctx context.Context, c net.Conn, acceptNs int64) {
 			}
 			return
 		}
-		r.LastReqByteNs = lastNs
+		r.LastReqByteNs, r.LastReadCallNs = lastNs, cs.tr.callNs
 		r.RespSize = int64(hdr.RespLen)
 		if hdr.RespLen == 0 {
 			r.RespSize = int64(s.cfg.DefaultRespSize)
@@ -425,6 +429,9 @@ func (cs *connState) respond(r ServerRecord, think time.Duration) bool {
 		r.Error = "canceled during think time"
 		s.emit(r)
 		return false
+	}
+	if s.cfg.Hold != nil {
+		s.cfg.Hold(r.ID)
 	}
 	cs.wmu.Lock()
 	buf := messageBuf(&cs.wbuf, int(r.RespSize))

@@ -4,11 +4,13 @@
 // messages are raw bytes (a codec of its own), which changes nothing of
 // what crosses the connection but the message bodies.
 //
-//	grpcapp server -addr 10.0.0.2:50051 -think 13ms -stream-every 200ms [-window 65536] [-cert c.pem -key k.pem]
+//	grpcapp server -addr 10.0.0.2:50051 -think 13ms -stream-every 200ms [-window 65536] [-cert c.pem -key k.pem] [-log handled.log]
 //	grpcapp client -addr 10.0.0.2:50051 -mode unary|concurrent|stream -n 200 -c 8 -log calls.log [-tls]
 //
 // The client writes one line per call to -log: the call's duration in
 // microseconds, from its start to its answer's end, as the client saw it.
+// The server writes one line per call to its -log as the call ends: the
+// time its handler took, in microseconds, from its start to its return.
 package main
 
 import (
@@ -58,6 +60,20 @@ type server struct {
 	think, every time.Duration
 	messages     int
 	size         int
+
+	mu      sync.Mutex
+	handled *os.File // -log, or nil
+}
+
+// logHandled writes a handler's time as the call ends.
+func (s *server) logHandled(start time.Time) {
+	if s.handled == nil {
+		return
+	}
+	d := time.Since(start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintln(s.handled, d.Microseconds())
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -66,11 +82,12 @@ var serviceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{{
 		MethodName: "Unary",
 		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			s := srv.(*server)
+			defer s.logHandled(time.Now())
 			var in []byte
 			if err := dec(&in); err != nil {
 				return nil, err
 			}
-			s := srv.(*server)
 			time.Sleep(s.think)
 			out := make([]byte, s.size)
 			return &out, nil
@@ -80,11 +97,12 @@ var serviceDesc = grpc.ServiceDesc{
 		StreamName:    "Stream",
 		ServerStreams: true,
 		Handler: func(srv any, stream grpc.ServerStream) error {
+			s := srv.(*server)
+			defer s.logHandled(time.Now())
 			var in []byte
 			if err := stream.RecvMsg(&in); err != nil {
 				return err
 			}
-			s := srv.(*server)
 			time.Sleep(s.think)
 			out := make([]byte, s.size)
 			for i := 0; i < s.messages; i++ {
@@ -125,7 +143,15 @@ func runServer(args []string) {
 	window := fs.Int("window", 0, "HTTP/2 receive window of each stream and of the connection, bytes (0: grpc-go's, which grows with its BDP estimate; 65536 at least)")
 	cert := fs.String("cert", "", "TLS certificate (PEM); with -key, serve gRPC over TLS")
 	key := fs.String("key", "", "TLS key (PEM)")
+	logPath := fs.String("log", "", "file for each call's handler time in microseconds")
 	_ = fs.Parse(args)
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s.handled = f
+	}
 	l, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)

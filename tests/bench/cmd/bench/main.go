@@ -6,8 +6,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/lattrace/lattrace/tests/bench"
@@ -16,17 +14,6 @@ import (
 func main() {
 	// The load generator is this same binary, started by the benchmark in
 	// a child process.
-	if len(os.Args) == 3 && os.Args[1] == "loadgen" {
-		var cfg bench.LoadConfig
-		if err := json.Unmarshal([]byte(os.Args[2]), &cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "bench loadgen:", err)
-			os.Exit(2)
-		}
-		if err := bench.RunLoad(cfg, os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "bench loadgen:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	bench.LoadgenMain()
 	os.Exit(run(os.Args[1:]))
 }
