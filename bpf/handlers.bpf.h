@@ -307,7 +307,7 @@ static __always_inline void handle_ca_state(struct sock *sk, __u8 ca_state)
 static __always_inline void handle_syn_sent(struct sock *sk)
 {
 	bool create = task_in_scope();
-	struct lt_sock *st = sock_state(sk, create);
+	struct lt_sock *st = sock_state_at_birth(sk, create);
 
 	if (!st && create)
 		count_unfollowed();
@@ -325,7 +325,7 @@ static __always_inline void handle_syn_sent(struct sock *sk)
 static __always_inline void handle_established(struct sock *sk, int oldstate)
 {
 	bool create = oldstate == TCP_SYN_RECV && !cfg.filter_cgroup;
-	struct lt_sock *st = sock_state(sk, create);
+	struct lt_sock *st = sock_state_at_birth(sk, create);
 
 	if (!st && create)
 		count_unfollowed();

@@ -38,7 +38,13 @@ struct lt_control {
 	 * (daemon/memguard): sockets not followed yet stay so, since each
 	 * followed socket's storage is charged to that cgroup. */
 	__u32 sockets_paused;
-	__u32 _pad;
+	/* SEEN: sockets given state so far, modulo 2^32. SET: while nonzero,
+	 * a budget: sockets are followed from their birth only until SEEN's
+	 * count reaches it, and none first seen later (open before, or born
+	 * while paused). The memory guard gives it at each of its looks as
+	 * the room left, which a burst of new sockets cannot outrun however
+	 * late the daemon's next look comes on a busy node. */
+	__u32 sockets;
 	/* Connection ends born (SYN_SENT, or ESTABLISHED from SYN_RECV) and
 	 * not followed while paused. */
 	__u64 sockets_unfollowed;

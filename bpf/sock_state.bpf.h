@@ -149,15 +149,36 @@ struct {
 	__type(value, struct lt_control);
 } control SEC(".maps");
 
-/* Are new sockets left unfollowed for now (struct lt_control)? Asked only
- * for a socket without state: once per socket, but on each of its events
- * while paused, it staying without. */
-static __always_inline bool sockets_paused(void)
+/* Are sockets without state left so for now (struct lt_control): paused,
+ * or under a budget, spent for one at its birth, and for all others? Asked
+ * only for a socket without state: once per socket, but on each of its
+ * events while left, it staying without. */
+static __always_inline bool sockets_paused(bool birth)
 {
-	__u32 slot = LT_CONTROL_SET;
-	struct lt_control *c = bpf_map_lookup_elem(&control, &slot);
+	__u32 slot = LT_CONTROL_SET, seen_slot = LT_CONTROL_SEEN;
+	struct lt_control *c = bpf_map_lookup_elem(&control, &slot), *seen;
 
-	return c && c->sockets_paused;
+	if (!c)
+		return false;
+	if (c->sockets_paused)
+		return true;
+	if (!c->sockets)
+		return false;
+	if (!birth)
+		return true;
+	seen = bpf_map_lookup_elem(&control, &seen_slot);
+	/* Wrap-safe: the count runs modulo 2^32, a budget is far less. */
+	return seen && (__s32)(seen->sockets - c->sockets) >= 0;
+}
+
+/* A socket got state: counted for the budget (sockets_paused). */
+static __always_inline void count_followed(void)
+{
+	__u32 slot = LT_CONTROL_SEEN;
+	struct lt_control *seen = bpf_map_lookup_elem(&control, &slot);
+
+	if (seen)
+		__sync_fetch_and_add(&seen->sockets, 1);
 }
 
 /* A connection end was born, at SYN_SENT or ESTABLISHED from SYN_RECV, and
@@ -167,7 +188,7 @@ static __always_inline void count_unfollowed(void)
 	__u32 slot = LT_CONTROL_SEEN;
 	struct lt_control *seen;
 
-	if (!sockets_paused())
+	if (!sockets_paused(true))
 		return;
 	seen = bpf_map_lookup_elem(&control, &slot);
 	if (seen)
@@ -176,12 +197,12 @@ static __always_inline void count_unfollowed(void)
 
 /* The socket's state; with create, made (and its flow read) on first
  * sight, unless new sockets are not followed for now. */
-static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
+static __always_inline struct lt_sock *sock_state_of(struct sock *sk, bool create, bool birth)
 {
 	struct lt_sock *st;
 
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (st || !create || sockets_paused())
+	if (st || !create || sockets_paused(birth))
 		return st;
 	st = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
@@ -189,12 +210,26 @@ static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
 		return 0;
 	}
 	count(LT_CNT_SOCKS_TRACKED);
+	count_followed();
 	read_flow(sk, &st->flow);
 	/* A socket first seen here, not at SYN_SENT or ESTABLISHED, was open
 	 * before lattrace: its first exchange may have begun unseen. */
 	if (sk->__sk_common.skc_state == TCP_ESTABLISHED && !st->established_ns)
 		st->partial = 1;
 	return st;
+}
+
+/* sock_state at the socket's birth (SYN_SENT, or ESTABLISHED from
+ * SYN_RECV), and anywhere else: a budget of new sockets is spent at
+ * births only. */
+static __always_inline struct lt_sock *sock_state(struct sock *sk, bool create)
+{
+	return sock_state_of(sk, create, false);
+}
+
+static __always_inline struct lt_sock *sock_state_at_birth(struct sock *sk, bool create)
+{
+	return sock_state_of(sk, create, true);
 }
 
 /* Called from process context only: the current task owns the socket.

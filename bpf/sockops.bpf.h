@@ -101,10 +101,12 @@ static __always_inline void sockops_established(struct bpf_sock_ops *skops, stru
 	struct lt_sock *st;
 
 	st = bpf_sk_storage_get(&socks, bsk, 0, 0);
-	if (!st && !sockets_paused()) {
+	if (!st && !sockets_paused(true)) {
 		st = bpf_sk_storage_get(&socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (!st)
 			count(LT_CNT_STORAGE_FAIL);
+		else
+			count_followed();
 	}
 	if (!st)
 		return;

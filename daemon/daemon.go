@@ -95,11 +95,12 @@ func (d *Daemon) open() error {
 		return err
 	}
 	d.guard = memguard.New(memguard.Config{Limit: d.cfg.MemoryLimit, Logger: d.log}, memguard.Actions{
-		ShedHistory: d.hist.Shed, ShedFlows: d.agg.Shed, PauseSockets: d.tracer.PauseSockets,
+		ShedHistory: d.hist.Shed, ShedFlows: d.agg.Shed, LimitSockets: d.tracer.LimitSockets,
 	})
 	d.closers = append(d.closers, func() {
-		// The pause is in a pinned map: it would outlive the daemon.
-		if err := d.tracer.PauseSockets(false); err != nil {
+		// The pause and the budget are in a pinned map: they would
+		// outlive the daemon.
+		if err := d.tracer.LimitSockets(-1); err != nil {
 			d.log.Warn("new sockets may stay unfollowed until the next daemon", "err", err)
 		}
 	})
@@ -123,10 +124,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	attached := total - len(tracer.FeaturesOff(hooks))
 	d.log.Info("tracing", "hooks_attached", attached, "hooks_total", total, "output", d.cfg.Output, "max_procs", runtime.GOMAXPROCS(0))
 	go d.reportHealth(ctx)
-	// The guard is done, its pause lifted, before anything closes: a look
-	// still running could otherwise pause the programs after the closer
-	// lifted it, and in a pinned map that outlives the daemon.
-	guardCtx, stopGuard := context.WithCancel(ctx)
+	// The guard watches until the tracer's last drain is done, not only
+	// until the stop begins: the stop's sweep writes every exchange in
+	// progress, and under a memory limit that drain, unguarded and with
+	// the pause lifted, got the daemon killed. It is done, its pause
+	// lifted, before anything closes: a look still running could
+	// otherwise pause the programs after the closer lifted it, and in a
+	// pinned map that outlives the daemon.
+	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
 	guardDone := make(chan struct{})
 	go func() {
 		defer close(guardDone)

@@ -10,7 +10,10 @@
 // own working set, not the runtime's, and:
 //
 //   - gives the Go runtime as its memory limit (GOMEMLIMIT, unless the
-//     environment sets one) the limit's share left by the rest;
+//     environment sets one) 80 % of the limit less the rest: the other
+//     fifth is room for what the runtime holds for a moment above its
+//     limit (a /metrics scrape of thousands of series allocates tens of
+//     MiB) and for the kernel's part growing between two looks;
 //   - from 75 % of the limit (or the live heap at 60 % of the runtime's
 //     limit), drops the history of recent exchanges (what the live views
 //     draw the last minutes of a flow from);
@@ -19,12 +22,21 @@
 //     pairs keep theirs), until the live heap is back at 60 % of the
 //     runtime's limit, at most a tenth of them a second, and returns the
 //     freed memory to the kernel;
-//   - from 88 %, stops following new sockets until it is back under 78 %
-//     (the kernel side's socket storage is charged per socket).
+//   - from half of the limit needed (the kernel's part, and the live heap
+//     with the collector's room or what the runtime holds when more),
+//     gives the programs a budget of new sockets at each look: those that
+//     fit under 88 %, followed from their birth, and none first seen
+//     later. The programs keep it however late the next look comes: on a
+//     busy node the daemon's looks come late exactly while a burst of new
+//     sockets fills the room;
+//   - once the daemon needs 88 %, stops following new sockets until it
+//     needs less than 78 % (the kernel side's socket storage is charged
+//     per socket).
 //
 // The shedding steps are judged once an interval (a second); the runtime's
 // limit and the pause ten times as often, since a burst of new sockets
-// fills the kernel's part faster than a second's notice allows.
+// fills the kernel's part faster than a second's notice allows, and every
+// step as often while the live heap is near the runtime's limit (85 %).
 //
 // Each step is counted (Stats); the daemon puts the counts on /metrics.
 package memguard
@@ -33,6 +45,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync/atomic"
@@ -48,7 +61,7 @@ const (
 	releaseAt     = 0.78
 	// goShare is the share of the limit the Go runtime's and the rest's
 	// memory may take together before the runtime collects harder.
-	goShare = 0.90
+	goShare = 0.80
 	// flowShare is the most of the flows dropped in one interval.
 	flowShare = 0.10
 	// flowsGain is the least share of the live heap a drop of flows must
@@ -60,9 +73,26 @@ const (
 	historyHeap = 0.60
 	flowsHeap   = 0.70
 	targetHeap  = 0.60
+	// urgentHeap: from this share of the runtime's limit, the live heap
+	// is judged at every watch, not once an interval: records drained
+	// after a burst of new sockets grow it by tens of MiB within a
+	// second, and past the limit the runtime cannot hold it.
+	urgentHeap = 0.85
+	// gcRoom is the memory a live heap needs, as a multiple of it, for
+	// the collector to keep it there without running all the time.
+	gcRoom = 1.25
 	// watchInterval is the time between two looks at the working set for
 	// the runtime's limit and the pause alone.
 	watchInterval = 100 * time.Millisecond
+	// From budgetAt of the limit needed, new sockets are followed within
+	// a budget, the room left under pauseAt at socketBytes each, given
+	// anew at each look; below it, every one.
+	budgetAt = 0.50
+	// socketBytes is what a followed socket may cost: its state in the
+	// kernel (a 416-byte struct in a 512-byte storage element, and the
+	// socket's storage header) and the flow the daemon makes of it, with
+	// a margin: too high a figure only makes the budget smaller.
+	socketBytes = 2 << 10
 	// minGoLimit is the least the runtime is ever given: below it, the
 	// collector would run without end for no gain.
 	minGoLimit = 16 << 20
@@ -71,9 +101,11 @@ const (
 // Actions are what the guard may do to shed memory; each returns how much
 // it dropped (samples, flows). A nil one is skipped.
 type Actions struct {
-	ShedHistory  func() int
-	ShedFlows    func(share float64) int
-	PauseSockets func(paused bool) error
+	ShedHistory func() int
+	ShedFlows   func(share float64) int
+	// LimitSockets bounds the sockets the programs begin to follow until
+	// the next call: n < 0 every one, 0 none, else at most n more.
+	LimitSockets func(n int64) error
 }
 
 // Config configures a Guard.
@@ -100,8 +132,10 @@ type Guard struct {
 	// by less than flowsGain; flows are not dropped again until the heap
 	// is below that by flowsGain. 0: flows are dropped when called for.
 	flowsVain float64
-	// pauseFailed: a failed pause was said once.
-	pauseFailed bool
+	// limitFailed: a failed pause or budget was said once.
+	limitFailed bool
+	// bounded: the programs were given a budget last, not every socket.
+	bounded bool
 	// said holds a bit per step said since the level was last 0.
 	said uint8
 
@@ -178,16 +212,16 @@ func (g *Guard) Run(ctx context.Context) {
 	}
 }
 
-// follow has the programs follow new sockets.
+// follow has the programs follow every new socket.
 func (g *Guard) follow() {
-	if g.actions.PauseSockets == nil {
+	if g.actions.LimitSockets == nil {
 		return
 	}
-	if err := g.actions.PauseSockets(false); err != nil {
+	if err := g.actions.LimitSockets(-1); err != nil {
 		g.cfg.Logger.Warn("new sockets may not be followed: the programs' pause could not be lifted", "err", err)
 		return
 	}
-	g.paused = false
+	g.paused, g.bounded = false, false
 }
 
 // look reads the working set and the runtime's memory and acts on them.
@@ -207,10 +241,22 @@ func (g *Guard) watch() {
 	if err != nil {
 		return
 	}
-	gm, _ := goMemory()
-	_, share := g.limitRuntime(ws, gm)
+	gm, live := goMemory()
+	g.watched(ws, gm, live)
+}
+
+// watched is watch on a working set of ws, the runtime holding gm of it
+// and its live heap live.
+func (g *Guard) watched(ws, gm uint64, live float64) {
+	goLimit, _ := g.limitRuntime(ws, gm)
+	if live > urgentHeap*goLimit {
+		// A live heap at the runtime's limit grows past it: every step
+		// is taken now, not at the next look.
+		g.act(ws, gm, live)
+		return
+	}
 	// The level (and what it says) follows at the next look.
-	g.pause(ws, share)
+	g.pause(ws, g.need(ws, gm, live))
 }
 
 // limitRuntime records the working set ws, the runtime holding gm of it,
@@ -227,6 +273,18 @@ func (g *Guard) limitRuntime(ws, gm uint64) (goLimit, share float64) {
 		g.goLimit.Store(uint64(goLimit))
 	}
 	return goLimit, float64(ws) / float64(g.limit)
+}
+
+// need is the share of the limit the daemon needs, by which new sockets
+// are left: the working set ws less what the runtime holds (gm), plus the
+// live heap with the collector's room (gcRoom), or gm when more. What the
+// runtime holds can be low for a moment (just after flows were dropped
+// and the pages returned) while the live heap it will grow back to is
+// not: judged on ws then, the pause was lifted, a burst of new sockets
+// filled the room, and the heap growing back met the limit.
+func (g *Guard) need(ws, gm uint64, live float64) float64 {
+	other := float64(ws - min(ws, gm))
+	return (other + max(float64(gm), gcRoom*live)) / float64(g.limit)
 }
 
 // act takes the steps a working set of ws calls for, the runtime holding
@@ -253,6 +311,13 @@ func (g *Guard) act(ws, gm uint64, live float64) {
 	}
 	if shedFlows && g.flowsVain == 0 && g.actions.ShedFlows != nil {
 		took[2] = true
+		// What the drop frees is the live heap just before it less just
+		// after it. The last collection's figure will not do for before:
+		// records read since (a backlog drained under pressure) make
+		// flows, and a drop measured against it looked vain while it
+		// freed what they added, and the flows then grew unchecked.
+		runtime.GC()
+		_, before := goMemory()
 		n := g.actions.ShedFlows(min(flowShare, 1-targetHeap*goLimit/live))
 		g.flowsShed.Add(uint64(n))
 		if n > 0 {
@@ -260,14 +325,14 @@ func (g *Guard) act(ws, gm uint64, live float64) {
 			// see them go now, or the next look sheds again for nothing.
 			// The collection it runs also tells what the flows held.
 			debug.FreeOSMemory()
-			if _, after := goMemory(); after > live*(1-flowsGain) {
+			if _, after := goMemory(); after > before*(1-flowsGain) {
 				g.flowsVain = after
 				g.cfg.Logger.Warn("memory pressure: the flows hold little of the heap, so they are no longer dropped until it comes down",
 					"live_heap_bytes", uint64(after), "flows_dropped", n)
 			}
 		}
 	}
-	took[3] = g.pause(ws, share)
+	took[3] = g.pause(ws, g.need(ws, gm, live))
 	level := 0
 	for step := range took {
 		if took[step] {
@@ -289,32 +354,55 @@ func (g *Guard) act(ws, gm uint64, live float64) {
 	}
 }
 
-// pause stops following new sockets from pauseAt of the limit, and follows
-// them again under releaseAt; it returns whether they are left.
-func (g *Guard) pause(ws uint64, share float64) bool {
-	if g.actions.PauseSockets == nil {
+// pause stops following new sockets once the daemon needs (see need)
+// pauseAt of the limit, and follows them again once it needs less than
+// releaseAt; in between, and down to budgetAt, the programs follow no more
+// new sockets than fit under pauseAt until the next look. It returns
+// whether new sockets are left.
+func (g *Guard) pause(ws uint64, need float64) bool {
+	if g.actions.LimitSockets == nil {
 		return false
 	}
 	switch {
-	case !g.paused && share >= pauseAt:
-		if err := g.actions.PauseSockets(true); err != nil {
-			if !g.pauseFailed {
-				g.cfg.Logger.Warn("memory near the limit, and new sockets could not be left unfollowed", "err", err)
-			}
-			g.pauseFailed = true
+	case !g.paused && need >= pauseAt:
+		if !g.limitSockets(0) {
 			break
 		}
 		g.paused = true
 		g.pauses.Add(1)
-		g.cfg.Logger.Warn("memory near the limit: new sockets are not followed until it is back under 78 %",
-			"working_set_bytes", ws, "limit_bytes", g.limit)
-	case g.paused && share < releaseAt:
-		if err := g.actions.PauseSockets(false); err == nil {
+		g.cfg.Logger.Warn("memory near the limit: new sockets are not followed until the daemon needs less than 78 % of it",
+			"working_set_bytes", ws, "limit_bytes", g.limit, "needed_share", need)
+	case g.paused && need < releaseAt:
+		if g.limitSockets(g.budget(need)) {
 			g.paused = false
-			g.cfg.Logger.Info("memory back under 78 % of the limit: new sockets are followed again", "working_set_bytes", ws)
+			g.cfg.Logger.Info("memory needed back under 78 % of the limit: new sockets are followed again, within a budget", "working_set_bytes", ws, "needed_share", need)
 		}
+	case !g.paused && need >= budgetAt:
+		g.limitSockets(g.budget(need))
+	case !g.paused && g.bounded:
+		g.limitSockets(-1)
 	}
 	return g.paused
+}
+
+// budget is the new sockets that fit between need and pauseAt.
+func (g *Guard) budget(need float64) int64 {
+	return max(int64((pauseAt-need)*float64(g.limit)), 0) / socketBytes
+}
+
+// limitSockets gives the programs their budget of new sockets (0 none,
+// -1 every one), and says a failure once.
+func (g *Guard) limitSockets(n int64) bool {
+	err := g.actions.LimitSockets(n)
+	if err != nil {
+		if !g.limitFailed {
+			g.limitFailed = true
+			g.cfg.Logger.Warn("memory near the limit, and new sockets could not be limited", "err", err)
+		}
+		return false
+	}
+	g.bounded = n >= 0
+	return true
 }
 
 // Steps name the levels of Stats.Level, in the words of a sentence

@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"fmt"
+	"math"
 )
 
 // Counters are the kernel programs' own accounting, summed over CPUs, plus
@@ -56,7 +57,7 @@ type Counters struct {
 	// passes (sweepAtStop).
 	UnwrittenAtStop uint64
 	// SocketsUnfollowed counts connection ends born while new sockets
-	// were not followed, for memory (PauseSockets).
+	// were not followed, for memory (LimitSockets).
 	SocketsUnfollowed uint64
 }
 
@@ -116,14 +117,29 @@ func (t *Tracer) Counters() (Counters, error) {
 	return c, nil
 }
 
-// PauseSockets stops (true) or resumes following sockets the programs have
-// not followed yet: the daemon's memory guard asks for it while its
-// memory cgroup nears its limit, since each followed socket's storage is
-// charged there. Sockets followed already are followed on.
-func (t *Tracer) PauseSockets(paused bool) error {
+// LimitSockets bounds the sockets the programs begin to follow: n < 0,
+// every one; n = 0, none for now; n > 0, at most n more from their birth
+// until the next call, and none first seen later (open before lattrace,
+// or born while none were followed). The daemon's memory guard asks for
+// it since each followed socket's storage is charged to the daemon's
+// memory cgroup: a budget of the room left, given at each of its looks,
+// holds a burst of new sockets to that room however late the next look
+// comes. Sockets followed already are followed on.
+func (t *Tracer) LimitSockets(n int64) error {
 	var c lattraceLtControl
-	if paused {
+	switch {
+	case n == 0:
 		c.SocketsPaused = 1
+	case n > 0:
+		var seen lattraceLtControl
+		if err := t.maps.Maps["control"].Lookup(uint32(lattraceLtControlSlotLT_CONTROL_SEEN), &seen); err != nil {
+			return fmt.Errorf("reading the programs' control: %w", err)
+		}
+		// The programs compare modulo 2^32; 0 means no budget.
+		c.Sockets = seen.Sockets + uint32(min(n, math.MaxInt32))
+		if c.Sockets == 0 {
+			c.Sockets = 1
+		}
 	}
 	if err := t.maps.Maps["control"].Update(uint32(lattraceLtControlSlotLT_CONTROL_SET), &c, 0); err != nil {
 		return fmt.Errorf("writing the programs' control: %w", err)

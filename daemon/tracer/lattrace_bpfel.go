@@ -77,7 +77,7 @@ type lattraceLtConnOpen struct {
 type lattraceLtControl struct {
 	_                 structs.HostLayout
 	SocketsPaused     uint32
-	Pad               uint32
+	Sockets           uint32
 	SocketsUnfollowed uint64
 }
 

@@ -40,13 +40,16 @@ func TestMemoryLimit(t *testing.T) {
 	// memory is theirs. The daemon follows the whole node: every socket
 	// it adopts is charged to it.
 	dir := t.TempDir()
-	dm, err := bench.StartDaemon(bench.DaemonConfig{Bin: lattrace, Dir: dir, Procs: mc.procs(), Args: []string{"--log-level", "info"}})
+	dm, err := bench.StartDaemon(bench.DaemonConfig{Bin: lattrace, Dir: dir, Procs: mc.procs(), Args: []string{"--log-level", "debug"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		if dm.Alive() {
 			dm.Stop()
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", dm.Log())
 		}
 	}()
 	t.Logf("memory cgroup %s, limit %d MiB; at start: working set %d MiB", mc, limit>>20, mc.usage()>>20)
@@ -79,7 +82,8 @@ func TestMemoryLimit(t *testing.T) {
 			t.Fatalf("the daemon died (the cgroup counts %d OOM kills):\n%s", mc.oomKills(), dm.Log())
 		}
 		if m, err = dm.Metrics(); err != nil {
-			t.Fatalf("%v\n%s", err, dm.Log())
+			time.Sleep(time.Second)
+			t.Fatalf("%v: daemon alive %v, OOM kills %d, failcnt %d\n%s", err, dm.Alive(), mc.oomKills(), mc.read("memory.failcnt"), dm.Log())
 		}
 		if accounted() >= float64(ends) || time.Now().After(deadline) {
 			break
