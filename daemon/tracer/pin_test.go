@@ -194,12 +194,8 @@ func (b both) Flush()                       { b[0].Flush(); b[1].Flush() }
 // aggregator (a plain sink) gets them all, its output none of them, and
 // then everything new.
 func TestResumeAfterKillMidDrain(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-resume-%d", os.Getpid())
-	t.Cleanup(func() { Cleanup(dir) })
-	a, err := Open(Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
-	}
+	dir := testPinDir(t, "lattrace-test-resume")
+	a := openPinned(t, Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -366,12 +362,8 @@ func (*unconfirmed) Sync(func(error)) {}
 // and counts each of those exchanges as possibly repeated, and nothing
 // after them.
 func TestResumeCountsUnconfirmed(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/lattrace-test-unconfirmed-%d", os.Getpid())
-	t.Cleanup(func() { Cleanup(dir) })
-	a, err := Open(Options{PinPath: dir})
-	if err != nil {
-		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
-	}
+	dir := testPinDir(t, "lattrace-test-unconfirmed")
+	a := openPinned(t, Options{PinPath: dir})
 	first := pingPong(t, 4, 100, 100, 0)
 	time.Sleep(100 * time.Millisecond)
 	outA := &unconfirmed{}
@@ -412,12 +404,7 @@ func TestResumeCountsUnconfirmed(t *testing.T) {
 // gone wrong) was never synced: the output resumed from it takes the
 // records, rather than none until the ring gets that far.
 func TestResumeFromCursorPastRing(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/fuzz-cursor-%d", os.Getpid())
-	t.Cleanup(func() { Cleanup(dir) })
-	tr, err := Open(Options{PinPath: dir})
-	if err != nil {
-		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
-	}
+	tr := openPinned(t, Options{PinPath: testPinDir(t, "fuzz-cursor")})
 	defer tr.Close()
 	if err := tr.storeCursor("test", cursor{ringID: tr.ringID, pos: 1 << 62}); err != nil {
 		t.Fatal(err)
@@ -443,4 +430,22 @@ func decodeAll(tr *Tracer, sink record.Sink) {
 		tr.pos = end
 		tr.decode(raw, sink)
 	}
+}
+
+// testPinDir is a pin directory of the test's own under /sys/fs/bpf, cleaned
+// up at its end.
+func testPinDir(t *testing.T, name string) string {
+	dir := fmt.Sprintf("/sys/fs/bpf/%s-%d", name, os.Getpid())
+	t.Cleanup(func() { Cleanup(dir) })
+	return dir
+}
+
+// openPinned opens a tracer on opts' pin directory, or fails the test.
+func openPinned(t *testing.T, opts Options) *Tracer {
+	t.Helper()
+	tr, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v (this test pins BPF objects: run it as root with bpffs mounted)", err)
+	}
+	return tr
 }
