@@ -134,8 +134,13 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 		p->flags |= LT_EX_TX_TSTAMP;
 	if (st->h2 & H2_STREAMS)
 		p->flags |= LT_EX_H2_STREAMS;
-	if (st->partial && !st->emitted_any)
-		p->flags |= LT_EX_PARTIAL;
+	else if (st->partial && (st->h2 & H2_FOLLOWED))
+		p->flags |= LT_EX_H2_RESYNCING;
+	if (st->partial) {
+		if (!st->emitted_any)
+			p->flags |= LT_EX_PARTIAL;
+		p->flags |= st->role ? LT_EX_ROLE_LISTENER : LT_EX_ROLE_GUESSED;
+	}
 }
 
 /* Takes exchange gen for writing, seen being the last exchange written
@@ -213,12 +218,13 @@ static __always_inline void reset_exchange(struct lt_sock *st, struct sock *sk, 
 
 /* The role of the exchanges of a socket. The end that connected requests,
  * whatever races the first bytes (a server's SETTINGS or greeting may be
- * written before the client's first request arrives). A socket adopted
- * mid-connection has no known role: normally the end that speaks first
- * requests, but it may be seen first in the middle of an exchange (the
- * tail of a response, or a response being written), so there the ports
- * decide: the listening port is usually the lower one and the client has
- * the ephemeral one. */
+ * written before the client's first request arrives); a socket adopted
+ * mid-connection has it from the listening sockets (listeners.bpf.h).
+ * Where those were never read, the role is unknown: normally the end that
+ * speaks first requests, but it may be seen first in the middle of an
+ * exchange (the tail of a response, or a response being written), so
+ * there the ports guess: the listening port is usually the lower one and
+ * the client has the ephemeral one. */
 static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direction)
 {
 	if (st->role == LT_ROLE_CLIENT)
@@ -233,11 +239,11 @@ static __always_inline __u32 first_role(const struct lt_sock *st, __u32 by_direc
 /* Has the exchange only a message from the server that came before any
  * request: a greeting (MySQL, SMTP, SSH) or a protocol's opening frames
  * (HTTP/2 SETTINGS)? The requester got it in; the responder sent it. On a
- * connection adopted mid-way (no known role) the first message seen is
- * the tail of an exchange instead. */
+ * connection adopted mid-way the first message seen is the tail of an
+ * exchange instead: its own partial exchange. */
 static __always_inline bool greeting_only(const struct lt_sock *st)
 {
-	if (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER)
+	if (st->partial || (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER))
 		return false;
 	return st->cur.role == LT_REQUESTER ? !st->cur.w0 : !st->cur.r0;
 }

@@ -403,6 +403,10 @@ static __always_inline void handle_state_change(struct sock *sk, int oldstate, i
 {
 	if (!is_tcp(sk))
 		return;
+	if (newstate == TCP_LISTEN)
+		listener_opened(sk);
+	else if (oldstate == TCP_LISTEN)
+		listener_closed(sk);
 	if (newstate == TCP_SYN_SENT)
 		handle_syn_sent(sk);
 	else if (newstate == TCP_ESTABLISHED && (oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV))

@@ -40,13 +40,13 @@
 
 #include "common.bpf.h"
 #include "counters.bpf.h"
+#include "h2_resync.bpf.h"
 #include "path_rtt.bpf.h"
 #include "ringbuf.bpf.h"
 #include "send_wait.bpf.h"
 #include "sock_state.bpf.h"
 #include "tcp.bpf.h"
 
-#define H2_HEADER_LEN 9
 #define H2_END_STREAM 0x1
 #define H2_PREFACE_LEN 24
 /* Frame headers followed in one segment: a GSO segment holds up to 64 KB,
@@ -145,7 +145,7 @@ static __always_inline struct lt_h2_event *h2_event(struct lt_sock *st, __u32 ki
 	ev->type = 0;
 	ev->flags = 0;
 	ev->wait_cause = LT_WAIT_OTHER;
-	ev->_pad = 0;
+	ev->adopted = st->partial;
 	ev->srtt_us = 0;
 	ev->min_rtt_us = 0;
 	ev->path_rtt_us = 0;
@@ -164,6 +164,10 @@ static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, s
 {
 	struct lt_h2_event *ev;
 
+	if (dir->checking) {
+		h2_resync_drop(st, dir, dir == &h2->dir[H2_IN] ? H2_IN : H2_OUT);
+		return;
+	}
 	dir->on = 0;
 	dir->pend_on = 0;
 	if ((h2->flags & (LT_H2_SEEN | LT_H2_UNSYNCED)) == LT_H2_SEEN)
@@ -245,7 +249,7 @@ static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, s
 	 * bound that clang checks on a copy. */
 	i = type < LT_H2_OTHER ? type : LT_H2_OTHER;
 	barrier_var(i);
-	if (i < LT_H2_TYPES)
+	if (i < LT_H2_TYPES && !dir->checking)
 		h2->frames[i]++;
 	stream = h2_stream_id(lo, b8);
 	if (!(st->h2 & H2_STREAMS))
@@ -269,6 +273,13 @@ static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, s
 	dir->pend_seq = fseq;
 	dir->pend_t0 = now;
 	return flen;
+}
+
+/* The next frame header of a direction being checked on a connection
+ * adopted mid-way (h2_resync.bpf.h): false when it breaks a rule. */
+static __always_inline bool h2_resync_check(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, int d, __u64 lo, __u8 b8)
+{
+	return h2_resync_step(st, h2, dir, d, h2_length(lo), lo >> 24, lo >> 32, h2_stream_id(lo, b8), (lo >> 40) & 0x80);
 }
 
 /* The first bytes of a direction, at off: the client's preface (the
@@ -423,6 +434,8 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		if (dir->settings_next && !h2_client_settings(hdr[0], hdr[1]))
 			goto lost;
 		dir->settings_next = 0;
+		if (dir->checking && !h2_resync_check(st, h2, dir, d, hdr[0], hdr[1]))
+			goto lost;
 		flen = h2_frame(st, h2, dir, &g, d, hdr[0], hdr[1], dir->next_seq, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 		dir->have = 0;
@@ -465,10 +478,13 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		hdr[1] = 0;
 		if (bpf_skb_load_bytes(skb, off + rel, hdr, H2_HEADER_LEN))
 			return;
+		if (dir->checking && !h2_resync_check(st, h2, dir, d, hdr[0], hdr[1]))
+			goto lost;
 		flen = h2_frame(st, h2, dir, &g, d, hdr[0], hdr[1], want, end, now);
 		dir->next_seq += H2_HEADER_LEN + flen;
 	}
-	/* More frames in the segment than are walked, or not HTTP/2. */
+	/* More frames in the segment than are walked, or not HTTP/2 (on a
+	 * connection adopted mid-way: a candidate that fails its check). */
 lost:
 	h2_unsync(st, h2, dir);
 	return;
@@ -496,9 +512,10 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 	sk = bpf_sk_fullsock(sk);
 	if (!sk || sk->protocol != IPPROTO_TCP)
 		return;
-	/* Only connections lattrace follows from their start. */
+	/* Connections lattrace follows from their start, and those adopted
+	 * mid-way whose role is known (the stream ids' parity needs it). */
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (!st || st->partial || ((st->h2 & decided) && !(st->h2 & H2_FOLLOWED)))
+	if (!st || (st->partial && !st->role) || ((st->h2 & decided) && !(st->h2 & H2_FOLLOWED)))
 		return;
 	if (!tcp_payload(skb, &off, &seq) || skb->len <= off)
 		return;
@@ -507,8 +524,11 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 		return;
 	if (!st->cookie)
 		st->cookie = bpf_get_socket_cookie(skb);
-	if (!(st->h2 & decided) && !h2_open(st, sk, tp, skb, d, off, seq, skb->len - off))
-		return;
+	if (!(st->h2 & decided)) {
+		if (st->partial ? !h2_resync_open(st, sk, tp, skb, d, off, seq, skb->len - off)
+				: !h2_open(st, sk, tp, skb, d, off, seq, skb->len - off))
+			return;
+	}
 	h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
 	if (!h2 || !h2->dir[d & 1].on)
 		return;

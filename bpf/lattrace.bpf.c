@@ -274,6 +274,23 @@ int lattrace_inflight_tcp(struct bpf_iter__tcp *ctx)
 	return 0;
 }
 
+/* The seeding of the listener table (listeners.bpf.h): the listening
+ * sockets of the reader's network namespace, run once in each namespace
+ * at the daemon's start, before the hooks that adopt sockets attach. */
+SEC("iter/tcp")
+int lattrace_listeners(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc || skc->skc_state != TCP_LISTEN)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (tp)
+		listener_opened((struct sock *)tp);
+	return 0;
+}
+
 /* Set by the daemon before its last sweeps, at its stop (handle_sweep). */
 volatile __u32 sweep_stopping;
 /* Exchanges a sweep at the stop left for its next pass, the ring full:

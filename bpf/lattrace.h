@@ -78,6 +78,12 @@ enum lt_counter {
 	LT_CNT_IDLE_WRITTEN,       /* exchanges the sweep wrote: complete, their connection quiet */
 	LT_CNT_UNFINISHED,         /* exchanges written unfinished: the daemon stopped while they were in progress */
 	LT_CNT_H2_UNSYNCED,        /* HTTP/2 connections whose framing was lost in a direction (a gap in the segments, or more frames in one than followed) */
+	LT_CNT_ADOPTED_SERVER,     /* connections open before lattrace followed: a listener on the local port, so the server's end */
+	LT_CNT_ADOPTED_CLIENT,     /* the same, no listener on the local port: the client's end */
+	LT_CNT_ADOPTED_GUESSED,    /* the same, in a network namespace whose listeners were never read: the role guessed from the ports */
+	LT_CNT_LISTENERS_LOST,     /* a listening socket could not be counted (storage or table full): roles in its namespace may be wrong */
+	LT_CNT_H2_RESYNCED,        /* HTTP/2 connections open before lattrace whose framing was found from frame headers: their streams followed */
+	LT_CNT_H2_RESYNC_LOST,     /* connections open before lattrace that looked like HTTP/2 but whose framing was not confirmed: their own exchanges, no samples while it was tried */
 	LT_CNT_MAX,
 };
 
@@ -108,6 +114,9 @@ enum lt_exchange_flag {
 	LT_EX_UNFINISHED = 1 << 9,    /* still in progress when the daemon stopped: cut there, not a latency sample */
 	LT_EX_X1_XMIT = 1 << 10,      /* x1 read as the last byte's segment was handed to IP (no TX timestamps) */
 	LT_EX_H2_STREAMS = 1 << 11,   /* the connection's HTTP/2 streams are followed: exchanges per stream (LT_RECORD_H2) replace this one */
+	LT_EX_ROLE_LISTENER = 1 << 12, /* the connection predates lattrace; its role came from the listening sockets */
+	LT_EX_ROLE_GUESSED = 1 << 13,  /* the connection predates lattrace; its role is a guess from the ports (no listener table for its namespace) */
+	LT_EX_H2_RESYNCING = 1 << 14,  /* HTTP/2 on a connection that predates lattrace, its framing not confirmed yet: the cut may split overlapping streams */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes
@@ -153,6 +162,7 @@ enum lt_h2_frame {
 enum lt_h2_flag {
 	LT_H2_SEEN = 1 << 0,     /* the connection began with HTTP/2's client preface: its frames are counted */
 	LT_H2_UNSYNCED = 1 << 1, /* the framing was lost in a direction: the counts stop there */
+	LT_H2_RESYNCED = 1 << 2, /* the connection predates lattrace: its framing was found mid-way (counts start there) */
 };
 
 /* What holds back a socket's unsent data (send_wait.bpf.h's classify()
@@ -293,7 +303,7 @@ struct lt_h2_event {
 	__u8 type;       /* frame: enum lt_h2_frame */
 	__u8 flags;      /* frame: its flags (END_STREAM 0x1) */
 	__u8 wait_cause; /* write: what holds the bytes it left unsent as it returns (enum lt_wait_cause) */
-	__u8 _pad;
+	__u8 adopted;    /* the connection predates lattrace (its role from the listening sockets) */
 	/* Incoming HEADERS: the RTTs when it arrived (see lt_exchange). */
 	__u32 srtt_us, min_rtt_us, path_rtt_us, path_min_rtt_us;
 	__u32 isn_local, isn_remote;

@@ -10,6 +10,7 @@
 
 #include "common.bpf.h"
 #include "counters.bpf.h"
+#include "listeners.bpf.h"
 #include "tcp.bpf.h"
 
 enum phase {
@@ -87,10 +88,18 @@ enum h2_sock {
 	 * its streams are followed (LT_RECORD_H2), its exchanges flagged
 	 * LT_EX_H2_STREAMS. */
 	H2_STREAMS = 1 << 3,
+	/* A connection adopted mid-way: candidates of a direction that failed
+	 * (h2_resync.bpf.h), H2_RESYNC_TRY_IN's and H2_RESYNC_TRY_OUT's unit
+	 * each counting in a 3-bit field; added atomically. */
+	H2_RESYNC_TRY_OUT = 1 << 8,
+	H2_RESYNC_TRY_IN = 1 << 12,
 };
+
+#define H2_RESYNC_TRY_MASK 7
 
 #define H2_OUT 0
 #define H2_IN 1
+#define H2_HEADER_LEN 9
 
 /* One direction's framing. */
 struct h2_dir {
@@ -105,7 +114,10 @@ struct h2_dir {
 	/* The next frame is the first after the client's preface: it must be
 	 * the client's SETTINGS. */
 	__u8 settings_next;
-	__u8 _pad[2];
+	/* On a connection adopted mid-way, frame headers still to check
+	 * before this direction's framing is confirmed (h2_resync.bpf.h). */
+	__u8 checking;
+	__u8 _pad;
 	__u32 pend_stream, pend_seq;
 	__u64 pend_t0;
 };
@@ -213,9 +225,12 @@ static __always_inline struct lt_sock *sock_state_of(struct sock *sk, bool creat
 	count_followed();
 	read_flow(sk, &st->flow);
 	/* A socket first seen here, not at SYN_SENT or ESTABLISHED, was open
-	 * before lattrace: its first exchange may have begun unseen. */
-	if (sk->__sk_common.skc_state == TCP_ESTABLISHED && !st->established_ns)
+	 * before lattrace: its first exchange may have begun unseen, and its
+	 * role is the listeners' to tell. */
+	if (sk->__sk_common.skc_state == TCP_ESTABLISHED && !st->established_ns) {
 		st->partial = 1;
+		st->role = adopted_role(&st->flow);
+	}
 	return st;
 }
 

@@ -182,7 +182,7 @@ func (e explanation) write(w io.Writer) {
 	}
 	timed := m.Timed()
 	if timed == 0 {
-		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started, %d unanswered at close, %d cut from overlapping messages, %d pushed, %d unfinished at a daemon's stop): nothing to explain yet.\n", m.Exchanges, m.Partial, m.Unanswered, m.Multiplexed, m.Pushes, m.Unfinished)
+		fmt.Fprintf(w, "\nNo complete exchange yet (%d seen, %d begun before lattrace started, %d unanswered at close, %d cut from overlapping messages, %d pushed, %d unfinished at a daemon's stop, %d refused by the model's guard): nothing to explain yet.\n", m.Exchanges, m.Partial, m.Unanswered, m.Multiplexed, m.Pushes, m.Unfinished, m.Rejected)
 		return
 	}
 	fmt.Fprintf(w, "%s: p50 %s, p99 %s, max %s; %s sent, %s received, %s\n",

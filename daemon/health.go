@@ -12,6 +12,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/memguard"
+	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
 	"github.com/lattrace/lattrace/record"
@@ -106,6 +107,27 @@ func (d *Daemon) serveHealth() {
 	p.Gauge("lattrace_memory_shed_step", "what is being shed for memory: 0 nothing, 1 the history of recent exchanges, 2 flows too, 3 new sockets not followed too", guard(func(s memguard.Stats) float64 { return float64(s.Level) }))
 	p.Counter("lattrace_history_shed_total", "exchanges dropped from the history of recent exchanges for memory", guard(func(s memguard.Stats) float64 { return float64(s.HistoryShed) }))
 	p.Counter("lattrace_flows_shed_total", "flows dropped with their statistics for memory (their peer pairs keep theirs)", guard(func(s memguard.Stats) float64 { return float64(s.FlowsShed) }))
+	p.Counters("lattrace_connections_adopted_total", "connections open before lattrace started that it follows, by how their end's role was told: server (a listener on its local port), client (none), guessed (from the ports: the namespace's listeners were never read)",
+		"role", []string{"server", "client", "guessed"}, func() []float64 {
+			c, _ := d.tracer.Counters()
+			return []float64{float64(c.AdoptedServer), float64(c.AdoptedClient), float64(c.AdoptedGuessed)}
+		})
+	p.Counters("lattrace_exchanges_rejected_total", "exchanges that are no latency sample by the model's own rules, by reason: overlap (request and answer overlap, or the answer came sooner than the path's minimum round trip: multiplexed), no_path_rtt (no RTT sample to bound the network part), network_below_path_rtt, role_guessed (a connection open before lattrace whose role is a guess)",
+		"reason", pipeline.RejectReasons[:], func() []float64 {
+			n := d.pipeline.Rejected()
+			out := make([]float64, len(n))
+			for i, v := range n {
+				out[i] = float64(v)
+			}
+			return out
+		})
+	p.Counters("lattrace_http2_adopted_total", "HTTP/2 connections open before lattrace started, by whether their framing was found from frame headers: synced (streams followed from there) or lost (it looked like HTTP/2 but was not confirmed: the connection's own exchanges, no latency samples while it was tried)",
+		"framing", []string{"synced", "lost"}, func() []float64 {
+			c, _ := d.tracer.Counters()
+			return []float64{float64(c.H2Resynced), float64(c.H2ResyncLost)}
+		})
+	p.Counter("lattrace_listeners_lost_total", "listening sockets lattrace could not count (its table full): roles of connections open before it may be wrong in their namespace", kernel(func(c tracer.Counters) uint64 { return c.ListenersLost }))
+	p.Counter("lattrace_netns_unseeded_total", "network namespaces whose listening sockets could not be read at the start: roles of their connections open before lattrace are guessed", kernel(func(c tracer.Counters) uint64 { return c.NetnsUnseeded }))
 	p.Counter("lattrace_sockets_unfollowed_total", "connection ends born while new sockets were not followed, for memory", kernel(func(c tracer.Counters) uint64 { return c.SocketsUnfollowed }))
 	p.Counter("lattrace_flows_pack_errors_total", "flows dropped because their packed state did not decode", func() float64 { return float64(d.agg.Stats().PackErrors) })
 	if x := d.otlp; x != nil {
@@ -195,5 +217,5 @@ func (d *Daemon) logCounters(level slog.Level, msg string, c tracer.Counters, a 
 		"http2_streams", c.H2Streams, "http2_connection_exchanges_replaced", c.H2ConnReplaced, "http2_frames_unplaced", c.H2Unplaced,
 		"http2_streams_unread", c.H2Unread, "http2_frames_ignored", c.H2Ignored,
 		"flows", a.Flows, "flows_packed", a.PackedFlows, "flows_evicted", a.FlowsEvicted, "flows_shed", a.FlowsShed,
-		"sockets_unfollowed", c.SocketsUnfollowed)
+		"sockets_unfollowed", c.SocketsUnfollowed, "adopted_server", c.AdoptedServer, "adopted_client", c.AdoptedClient, "adopted_guessed", c.AdoptedGuessed)
 }

@@ -88,8 +88,11 @@ type Exchange struct {
 	Role   ExchangeRole `json:"role"`
 	// ConnRole is who opened the connection, which need not be who
 	// requests (a server can speak first).
-	ConnRole Role     `json:"conn_role"`
-	Timeline Timeline `json:"timeline"`
+	ConnRole Role `json:"conn_role"`
+	// RoleSource says how ConnRole was told on a connection open before
+	// lattrace started (empty: its handshake was seen).
+	RoleSource RoleSource `json:"role_source,omitempty"`
+	Timeline   Timeline   `json:"timeline"`
 
 	// Start and End bound the exchange; Duration = End - Start = Components.Sum().
 	Start      Mono          `json:"start_mono_ns"`
@@ -193,6 +196,11 @@ type Exchange struct {
 	// daemon), and is written as it stood: no latency sample
 	// (Metrics.Unfinished).
 	Unfinished bool `json:"unfinished,omitempty"`
+	// Rejected names why the latency model's guard refused the exchange
+	// as a latency sample, though nothing above excluded it: its parts
+	// broke the model's own rules (daemon/latency), or its role is a
+	// guess. Empty for a sample.
+	Rejected Rejection `json:"rejected,omitempty"`
 
 	// Stream is set on an exchange of one HTTP/2 stream, cut from the
 	// framing of cleartext HTTP/2 (daemon/streams): the request is the
@@ -211,10 +219,32 @@ type Exchange struct {
 
 // Timed reports whether the exchange is a latency sample: a request and
 // its answer, not a message without a reply (Unanswered), a cut between
-// overlapping messages (Multiplexed), an unprompted message (Push) or one
-// cut by the daemon's stop (Unfinished). A Partial exchange is one,
-// truncated.
-func (e *Exchange) Timed() bool { return !e.Unanswered && !e.Multiplexed && !e.Push && !e.Unfinished }
+// overlapping messages (Multiplexed), an unprompted message (Push), one
+// cut by the daemon's stop (Unfinished) or one the model's guard refused
+// (Rejected). A Partial exchange is one, truncated.
+func (e *Exchange) Timed() bool {
+	return !e.Unanswered && !e.Multiplexed && !e.Push && !e.Unfinished && e.Rejected == ""
+}
+
+// Rejection is why the latency model's guard refused an exchange as a
+// latency sample.
+type Rejection string
+
+const (
+	// RejectedNoPathRTT: a request answered, but neither the connection
+	// nor its path had an RTT sample, so nothing bounds the network part
+	// (it would be 0 and the peer's time the whole wait).
+	RejectedNoPathRTT Rejection = "no_path_rtt"
+	// RejectedNetworkBelowPath: the network part came out below the
+	// path's minimum round trip, which no answer can beat.
+	RejectedNetworkBelowPath Rejection = "network_below_path_rtt"
+	// RejectedRoleGuessed: the connection predates lattrace and its role
+	// is a guess (RoleGuessed): where the exchanges are cut may be wrong.
+	RejectedRoleGuessed Rejection = "role_guessed"
+)
+
+// Rejections lists every Rejection, for metrics by reason.
+var Rejections = []Rejection{RejectedNoPathRTT, RejectedNetworkBelowPath, RejectedRoleGuessed}
 
 // ExactDeparture reports whether X1 is when the last byte left, read where
 // it left (a TX timestamp, or the segment handed to IP), rather than a

@@ -55,6 +55,21 @@ const (
 	RoleServer  Role = "server"
 )
 
+// RoleSource says how a connection end's role was told when lattrace did
+// not see its handshake (the connection was open before it started).
+type RoleSource string
+
+const (
+	// RoleFromListener: from the kernel's listening sockets: a listener
+	// on the end's local port in its network namespace (the server), or
+	// none (the client).
+	RoleFromListener RoleSource = "listener"
+	// RoleGuessed: the namespace's listeners were never read, so the
+	// role is a guess from the ports (the lower one listens). Nothing is
+	// diagnosed on such an exchange.
+	RoleGuessed RoleSource = "guessed"
+)
+
 // ConnClose is emitted once when a connection ends, with its totals.
 type ConnClose struct {
 	// Time is when the connection closed, on CLOCK_MONOTONIC.
@@ -91,6 +106,10 @@ type HTTP2Frames struct {
 	// Unsynced: the framing was lost in a direction (a gap in the
 	// segments it arrived in), so the counts stop there.
 	Unsynced bool `json:"unsynced,omitempty"`
+	// Resynced: the connection was open before lattrace started and its
+	// framing was found mid-way from frame headers: the counts start
+	// there.
+	Resynced bool `json:"resynced,omitempty"`
 }
 
 // HTTP2FrameTypes names HTTP/2's frame types by their number (RFC 9113,

@@ -135,6 +135,10 @@ type FlowStats struct {
 	Owner record.Owner `json:"owner"`
 	// ConnRole is who opened the connection, when known.
 	ConnRole record.Role `json:"conn_role"`
+	// RoleSource says how ConnRole was told on a connection open before
+	// lattrace started: from the listening sockets, or guessed (empty:
+	// its handshake was seen).
+	RoleSource record.RoleSource `json:"role_source,omitempty"`
 	// Peer is the peer pair the flow is counted under (zero until the
 	// flow has an owner, i.e. before its first exchange or close).
 	Peer record.PeerKey `json:"peer"`
@@ -179,6 +183,7 @@ type flowEntry struct {
 	key            record.FlowKey
 	owner          record.Owner
 	connRole       record.Role
+	roleSource     record.RoleSource
 	peerKey        record.PeerKey
 	opened         record.Mono
 	connectLatency time.Duration
@@ -329,6 +334,9 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	f.mu.Lock()
 	if f.connRole == "" || f.connRole == record.RoleUnknown {
 		f.connRole = ex.ConnRole
+	}
+	if ex.RoleSource != "" {
+		f.roleSource = ex.RoleSource
 	}
 	if hasOwner {
 		f.owner = ex.Owner
@@ -692,7 +700,7 @@ func (a *Aggregator) recycleFlow(f *flowEntry) {
 	a.flowClosed.remove(f)
 	f.mu.Lock()
 	f.gen++
-	f.owner, f.connRole, f.peerKey = record.Owner{}, "", record.PeerKey{}
+	f.owner, f.connRole, f.roleSource, f.peerKey = record.Owner{}, "", "", record.PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
 	f.closed, f.close, f.burst, f.peerK8s, f.rate = false, record.ConnClose{}, burst{}, nil, rateWindow{}
 	f.m.reset()
@@ -813,6 +821,7 @@ func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
 		FlowKey:        f.key,
 		Owner:          f.owner,
 		ConnRole:       f.connRole,
+		RoleSource:     f.roleSource,
 		Peer:           f.peerKey,
 		Opened:         f.opened,
 		ConnectLatency: f.connectLatency,

@@ -74,8 +74,8 @@ type metrics struct {
 }
 
 type scalars struct {
-	exchanges, requester, responder, partial, unanswered, multiplexed, pushes, unfinished uint64
-	firstSeen, lastSeen                                                                   record.Mono
+	exchanges, requester, responder, partial, unanswered, multiplexed, pushes, unfinished, rejected uint64
+	firstSeen, lastSeen                                                                             record.Mono
 	// active is the sum of the durations of the complete exchanges in
 	// ns, the denominator of goodput; activeBytes* the numerators.
 	active                        float64
@@ -217,6 +217,9 @@ func (m *metrics) add(c *sketchCfg, t *timing, ex *record.Exchange) {
 	} else if ex.Unfinished {
 		// Cut where it stood when the daemon stopped.
 		sc.unfinished++
+	} else if ex.Rejected != "" {
+		// The model's guard refused it as a sample (record.Rejection).
+		sc.rejected++
 	} else {
 		m.addTiming(c, t, ex)
 		m.addTransfers(ex)
@@ -367,9 +370,12 @@ type Metrics struct {
 	Pushes uint64 `json:"pushes"`
 	// Unfinished counts exchanges still in progress when a daemon
 	// stopped (record.Exchange.Unfinished), outside them too.
-	Unfinished uint64      `json:"unfinished"`
-	FirstSeen  record.Mono `json:"first_seen_mono_ns"`
-	LastSeen   record.Mono `json:"last_seen_mono_ns"`
+	Unfinished uint64 `json:"unfinished"`
+	// Rejected counts exchanges the latency model's guard refused as
+	// samples (record.Exchange.Rejected), outside them too.
+	Rejected  uint64      `json:"rejected"`
+	FirstSeen record.Mono `json:"first_seen_mono_ns"`
+	LastSeen  record.Mono `json:"last_seen_mono_ns"`
 	// Active is the summed duration of the (non-partial) exchanges: the
 	// time the application was waiting on this key, idle gaps excluded.
 	// For a peer pair, exchanges of concurrent connections each count.
@@ -399,10 +405,10 @@ type Metrics struct {
 }
 
 // Timed is how many of the exchanges are latency samples (not partial,
-// unanswered, multiplexed, pushed or unfinished): the distributions and
-// means are theirs.
+// unanswered, multiplexed, pushed, unfinished or rejected): the
+// distributions and means are theirs.
 func (m *Metrics) Timed() uint64 {
-	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes - m.Unfinished
+	return m.Exchanges - m.Partial - m.Unanswered - m.Multiplexed - m.Pushes - m.Unfinished - m.Rejected
 }
 
 // ComponentSummaries has one summary per latency component of
@@ -514,7 +520,7 @@ func (m *metrics) durationQuantiles(c *sketchCfg) (p50, p99 time.Duration) {
 func (m *metrics) snapshot(c *sketchCfg) Metrics {
 	m.fold(c)
 	sc := &m.sc
-	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed - sc.pushes - sc.unfinished // the exchanges with timing
+	n := sc.exchanges - sc.partial - sc.unanswered - sc.multiplexed - sc.pushes - sc.unfinished - sc.rejected // the exchanges with timing
 	cs := &sc.compSum
 	out := Metrics{
 		Exchanges:   sc.exchanges,
@@ -525,6 +531,7 @@ func (m *metrics) snapshot(c *sketchCfg) Metrics {
 		Multiplexed: sc.multiplexed,
 		Pushes:      sc.pushes,
 		Unfinished:  sc.unfinished,
+		Rejected:    sc.rejected,
 		FirstSeen:   sc.firstSeen,
 		LastSeen:    sc.lastSeen,
 		Active:      time.Duration(math.Round(sc.active)),

@@ -62,6 +62,7 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	w.str(f.owner.Comm)
 	w.str(f.owner.ContainerID)
 	w.str(string(f.connRole))
+	w.str(string(f.roleSource))
 	w.str(string(f.side))
 	// The pair's key is the flow's and its owner's (attribute) unless the
 	// flow is not attributed yet or its owner changed since: one byte says
@@ -143,6 +144,7 @@ func (p *packedFlow) row(out *FlowRow) error {
 		Comm: r.str(), ContainerID: r.str(), K8s: p.ownerK8s,
 	}
 	r.str() // the connection's role
+	r.str() // and how it was told
 	side := record.Role(r.str())
 	switch r.uint() {
 	case 0:
@@ -185,6 +187,7 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 		Comm: r.str(), ContainerID: r.str(), K8s: p.ownerK8s,
 	}
 	f.connRole = record.Role(r.str())
+	f.roleSource = record.RoleSource(r.str())
 	f.side = record.Role(r.str())
 	switch r.uint() {
 	case 0:

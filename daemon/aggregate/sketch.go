@@ -18,7 +18,7 @@ type Summary struct {
 	// connection) is a zero, so quantiles are "per exchange". For the
 	// exchange distributions it is Metrics.Exchanges - Metrics.Partial -
 	// Metrics.Unanswered - Metrics.Multiplexed - Metrics.Pushes -
-	// Metrics.Unfinished.
+	// Metrics.Unfinished - Metrics.Rejected.
 	Count uint64 `json:"count"`
 	// Nonzero is how many of them were above zero: how often the
 	// component happened at all.

@@ -37,6 +37,33 @@ func Attribute(e *record.Exchange) {
 		requester(e)
 	}
 	e.Duration = e.End.Sub(e.Start)
+	e.Rejected = guard(e)
+}
+
+// guard keeps the model's own rules on an exchange that would otherwise
+// be a latency sample: a requester's answer comes no sooner than the
+// path's minimum round trip, so a network part below it (or none, for
+// want of any RTT sample) says the cut is wrong; and an exchange whose
+// role is a guess may be cut between a response and the next request.
+// The overlap of request and answer is Multiplexed already.
+func guard(e *record.Exchange) record.Rejection {
+	if !e.Timed() || e.Partial {
+		return ""
+	}
+	if e.RoleSource == record.RoleGuessed {
+		return record.RejectedRoleGuessed
+	}
+	if e.Role == record.Responder || e.Timeline.W0 == 0 || e.Timeline.R0 == 0 {
+		return ""
+	}
+	prop := propagation(e)
+	switch {
+	case prop == 0 && NetworkRTT(e) == 0:
+		return record.RejectedNoPathRTT
+	case e.Components.Network < overlapBound(prop):
+		return record.RejectedNetworkBelowPath
+	}
+	return ""
 }
 
 // NetworkRTT is the round trip the path gave this exchange: the path's
@@ -166,7 +193,7 @@ func requester(e *record.Exchange) {
 	// the message arrived. An HTTP/2 stream's answer is its own by its
 	// frames: only one that began before the request ended (a
 	// bidirectional stream) overlaps it.
-	if prop := propagation(e); overlap || e.Stream == nil && t.R0.Sub(earliestDeparture(e))-c.LossRecovery < overlapBound(prop) {
+	if prop := propagation(e); e.Multiplexed || overlap || e.Stream == nil && t.R0.Sub(earliestDeparture(e))-c.LossRecovery < overlapBound(prop) {
 		e.Multiplexed = true
 		c.Peer = gap
 	} else {

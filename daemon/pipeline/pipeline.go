@@ -6,7 +6,8 @@
 //  1. enrich: the owner's container (from its cgroup id) and, in a
 //     cluster, its pod, and the peer's pod or Service;
 //  2. attribute: the exchange's components from its timeline (the latency
-//     model, package latency);
+//     model, package latency), and whether it is a latency sample; those
+//     that are not are counted by reason (Rejected);
 //  3. diagnose: what made the exchange slow (package diagnose);
 //  4. fan out: every output in turn, in the order given.
 //
@@ -17,6 +18,8 @@
 package pipeline
 
 import (
+	"sync/atomic"
+
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/cgroup"
 	"github.com/lattrace/lattrace/daemon/containers"
@@ -52,6 +55,37 @@ func HostContainers() *containers.Resolver {
 type Pipeline struct {
 	cfg     Config
 	outputs []record.Sink
+	// rejected counts, by RejectReasons, the exchanges that are no
+	// latency sample by the model's own rules.
+	rejected [len(RejectReasons)]atomic.Uint64
+}
+
+// RejectReasons name the reasons an exchange that the model attributes
+// is no latency sample: overlap (its request and answer overlap, or the
+// answer came sooner than the path allows: Multiplexed), then each
+// record.Rejection of the model's guard.
+var RejectReasons = [...]string{"overlap", string(record.RejectedNoPathRTT), string(record.RejectedNetworkBelowPath), string(record.RejectedRoleGuessed)}
+
+// Rejected returns the counts of RejectReasons so far.
+func (p *Pipeline) Rejected() []uint64 {
+	out := make([]uint64, len(p.rejected))
+	for i := range p.rejected {
+		out[i] = p.rejected[i].Load()
+	}
+	return out
+}
+
+func (p *Pipeline) countRejected(e *record.Exchange) {
+	if e.Multiplexed {
+		p.rejected[0].Add(1)
+		return
+	}
+	for i, r := range RejectReasons[1:] {
+		if string(e.Rejected) == r {
+			p.rejected[i+1].Add(1)
+			return
+		}
+	}
 }
 
 // New builds a pipeline that ends in outputs, fed in that order.
@@ -66,6 +100,7 @@ func (p *Pipeline) Exchange(e *record.Exchange) {
 		e.Peer, _ = p.cfg.Kube.ByIP(e.Flow.Remote.Addr())
 	}
 	latency.Attribute(e)
+	p.countRejected(e)
 	e.Diagnoses = diagnose.Exchange(e)
 	for _, o := range p.outputs {
 		o.Exchange(e)

@@ -88,6 +88,10 @@ type Event struct {
 	// Connect is when the local end sent the connection's SYN (0: it
 	// accepted the connection).
 	Connect record.Mono
+	// Adopted: the connection was open before lattrace started, its role
+	// told by the listening sockets and its framing found mid-way: none
+	// of its streams is its first.
+	Adopted bool
 }
 
 // Stats counts what the assembler made and what it could not place; other
@@ -162,6 +166,7 @@ type conn struct {
 	connect  record.Mono
 	answered bool
 	first    bool        // the connection's first stream is opened
+	adopted  bool        // Event.Adopted
 	window   record.Mono // the peer's latest WINDOW_UPDATE for the connection
 	// sent is after the latest outgoing frame (once sentSeen): frames
 	// leave in order, so no frame to come is in a write that ends before
@@ -217,7 +222,7 @@ func (a *Assembler) Add(ev *Event, emit func(*record.Exchange)) {
 		if ev.Kind == Lost {
 			return
 		}
-		c = &conn{cookie: ev.Cookie, streams: map[uint32]*stream{}, closed: map[uint32]struct{}{}}
+		c = &conn{cookie: ev.Cookie, streams: map[uint32]*stream{}, closed: map[uint32]struct{}{}, adopted: ev.Adopted, first: ev.Adopted}
 		a.conns[ev.Cookie] = c
 	}
 	c.flow, c.role, c.connect = ev.Flow, ev.ConnRole, ev.Connect
@@ -545,8 +550,11 @@ func (a *Assembler) exchange(c *conn, s *stream, e *record.Exchange) {
 	if c.requester(s.id) {
 		e.Role = record.Requester
 	}
-	// A stream that began before the daemon saw it (a restart) has lost
-	// its beginning.
+	if c.adopted {
+		e.RoleSource = record.RoleFromListener
+	}
+	// A stream that began before the daemon saw it (a restart, or the
+	// framing found mid-way) has lost its beginning.
 	e.Partial = s.out.seen && !s.out.headers || s.in.seen && !s.in.headers
 	// A message without its answer: the connection closed first, or a
 	// server's push (which has no request on the stream).

@@ -59,6 +59,20 @@ type Counters struct {
 	// SocketsUnfollowed counts connection ends born while new sockets
 	// were not followed, for memory (LimitSockets).
 	SocketsUnfollowed uint64
+	// AdoptedServer, AdoptedClient and AdoptedGuessed count connections
+	// open before lattrace that it follows: a listener on the local port
+	// (the server's end), none (the client's), or a network namespace
+	// whose listeners were never read, where the role is guessed from the
+	// ports. ListenersLost counts listening sockets that could not be
+	// counted (the table full); NetnsUnseeded network namespaces whose
+	// listeners could not be read at the start.
+	AdoptedServer, AdoptedClient, AdoptedGuessed, ListenersLost, NetnsUnseeded uint64
+	// H2Resynced counts HTTP/2 connections open before lattrace whose
+	// framing was found from frame headers, their streams followed from
+	// there; H2ResyncLost those that looked like HTTP/2 but whose framing
+	// was not confirmed (their own exchanges stand, no latency samples
+	// while it was tried).
+	H2Resynced, H2ResyncLost uint64
 }
 
 // Counters reads the per-CPU counters map.
@@ -91,6 +105,12 @@ func (t *Tracer) Counters() (Counters, error) {
 		{lattraceLtCounterLT_CNT_IDLE_WRITTEN, &c.IdleWritten},
 		{lattraceLtCounterLT_CNT_UNFINISHED, &c.Unfinished},
 		{lattraceLtCounterLT_CNT_H2UNSYNCED, &c.H2Unsynced},
+		{lattraceLtCounterLT_CNT_ADOPTED_SERVER, &c.AdoptedServer},
+		{lattraceLtCounterLT_CNT_ADOPTED_CLIENT, &c.AdoptedClient},
+		{lattraceLtCounterLT_CNT_ADOPTED_GUESSED, &c.AdoptedGuessed},
+		{lattraceLtCounterLT_CNT_LISTENERS_LOST, &c.ListenersLost},
+		{lattraceLtCounterLT_CNT_H2RESYNCED, &c.H2Resynced},
+		{lattraceLtCounterLT_CNT_H2RESYNC_LOST, &c.H2ResyncLost},
 	} {
 		if *f.dst, err = sum(f.k); err != nil {
 			return c, err
@@ -103,6 +123,7 @@ func (t *Tracer) Counters() (Counters, error) {
 	c.ReleasedUnsynced = t.releasedUnsynced.Load()
 	c.UnwrittenAtStop = t.unwrittenAtStop.Load()
 	c.NetnsUnswept = t.unswept.Load()
+	c.NetnsUnseeded = t.unseeded.Load()
 	c.H2ConnReplaced = t.h2Replaced.Load()
 	c.H2Streams = t.streams.Stats.Streams.Load()
 	c.H2Unplaced = t.streams.Stats.Unplaced.Load()

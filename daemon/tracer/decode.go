@@ -46,7 +46,8 @@ func http2Frames(c *lattraceLtConnClose) *record.HTTP2Frames {
 	if c.H2Flags&uint32(lattraceLtH2FlagLT_H2SEEN) == 0 {
 		return nil
 	}
-	h := &record.HTTP2Frames{Frames: map[string]uint64{}, Unsynced: c.H2Flags&uint32(lattraceLtH2FlagLT_H2UNSYNCED) != 0}
+	h := &record.HTTP2Frames{Frames: map[string]uint64{}, Unsynced: c.H2Flags&uint32(lattraceLtH2FlagLT_H2UNSYNCED) != 0,
+		Resynced: c.H2Flags&uint32(lattraceLtH2FlagLT_H2RESYNCED) != 0}
 	for i, n := range c.H2Frames {
 		if n == 0 {
 			continue
@@ -182,6 +183,7 @@ func h2Event(x *lattraceLtH2Event, ev *streams.Event, comms *names) {
 		ISNLocal:   x.IsnLocal,
 		ISNRemote:  x.IsnRemote,
 		Connect:    record.Mono(x.SynNs),
+		Adopted:    x.Adopted != 0,
 	}
 }
 
@@ -241,8 +243,18 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		Unanswered:         has(lattraceLtExchangeFlagLT_EX_UNANSWERED),
 		Push:               has(lattraceLtExchangeFlagLT_EX_PUSH),
 		Unfinished:         has(lattraceLtExchangeFlagLT_EX_UNFINISHED),
+		// HTTP/2 on a connection open before lattrace, its framing still
+		// being confirmed: a cut at a change of direction may split
+		// overlapping streams.
+		Multiplexed: has(lattraceLtExchangeFlagLT_EX_H2RESYNCING),
 	}
 	e.Role = exchangeRole(p.Role)
+	switch {
+	case has(lattraceLtExchangeFlagLT_EX_ROLE_LISTENER):
+		e.RoleSource = record.RoleFromListener
+	case has(lattraceLtExchangeFlagLT_EX_ROLE_GUESSED):
+		e.RoleSource = record.RoleGuessed
+	}
 	e.CongestionControl = congs.get(p.Cong[:])
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(p.AckRttUs)

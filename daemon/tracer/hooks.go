@@ -90,6 +90,12 @@ var hooks = []hook{
 	{program: "lattrace_set_state", hook: "tp_btf/inet_sock_set_state", required: true,
 		feature: "connection close records, SYN time", attach: attachTracing},
 	{program: "lattrace_set_state_fentry", hook: "fentry/tcp_set_state", fallbackFor: "lattrace_set_state", attach: attachTracing},
+	// Right after the state hook, which keeps the listener table from
+	// here on, and before any hook that may adopt a socket open before
+	// lattrace: the table is whole when the first one is adopted.
+	{program: "lattrace_listeners", hook: "iter/tcp", required: false, iterator: true,
+		feature: "roles of connections open before lattrace from their listening sockets (else guessed from the ports)", attach: attachTCPIter((*Tracer).seedListeners),
+		off: func(o *Options) bool { return o.noListeners }},
 	{program: "lattrace_sendmsg_locked", hook: "tp_btf/tcp_sendmsg_locked", required: true,
 		feature: "exchanges: message start (w0) and send-wait causes", attach: attachTracing},
 	{program: "lattrace_sendmsg_fentry", hook: "fentry/tcp_sendmsg_locked", fallbackFor: "lattrace_sendmsg_locked", attach: attachTracing,

@@ -26,7 +26,8 @@ type lattraceH2State struct {
 		PendType     uint8
 		PendFlags    uint8
 		SettingsNext uint8
-		Pad          [2]uint8
+		Checking     uint8
+		Pad          uint8
 		PendStream   uint32
 		PendSeq      uint32
 		PendT0       uint64
@@ -36,6 +37,18 @@ type lattraceH2State struct {
 	Pad     uint32
 	_       [4]byte
 	WriteT0 uint64
+}
+
+type lattraceListenerKey struct {
+	_     structs.HostLayout
+	Netns uint32
+	Port  uint32
+}
+
+type lattraceListening struct {
+	_       structs.HostLayout
+	Key     lattraceListenerKey
+	Counted uint32
 }
 
 type lattraceLtConfig struct {
@@ -92,17 +105,23 @@ const (
 type lattraceLtCounter uint32
 
 const (
-	lattraceLtCounterLT_CNT_RINGBUF_FULL  lattraceLtCounter = 0
-	lattraceLtCounterLT_CNT_STORAGE_FAIL  lattraceLtCounter = 1
-	lattraceLtCounterLT_CNT_RECORDS       lattraceLtCounter = 2
-	lattraceLtCounterLT_CNT_SOCKS_TRACKED lattraceLtCounter = 3
-	lattraceLtCounterLT_CNT_EXCHANGES     lattraceLtCounter = 4
-	lattraceLtCounterLT_CNT_TSTAMP_OFF    lattraceLtCounter = 5
-	lattraceLtCounterLT_CNT_PATH_FULL     lattraceLtCounter = 6
-	lattraceLtCounterLT_CNT_IDLE_WRITTEN  lattraceLtCounter = 7
-	lattraceLtCounterLT_CNT_UNFINISHED    lattraceLtCounter = 8
-	lattraceLtCounterLT_CNT_H2UNSYNCED    lattraceLtCounter = 9
-	lattraceLtCounterLT_CNT_MAX           lattraceLtCounter = 10
+	lattraceLtCounterLT_CNT_RINGBUF_FULL    lattraceLtCounter = 0
+	lattraceLtCounterLT_CNT_STORAGE_FAIL    lattraceLtCounter = 1
+	lattraceLtCounterLT_CNT_RECORDS         lattraceLtCounter = 2
+	lattraceLtCounterLT_CNT_SOCKS_TRACKED   lattraceLtCounter = 3
+	lattraceLtCounterLT_CNT_EXCHANGES       lattraceLtCounter = 4
+	lattraceLtCounterLT_CNT_TSTAMP_OFF      lattraceLtCounter = 5
+	lattraceLtCounterLT_CNT_PATH_FULL       lattraceLtCounter = 6
+	lattraceLtCounterLT_CNT_IDLE_WRITTEN    lattraceLtCounter = 7
+	lattraceLtCounterLT_CNT_UNFINISHED      lattraceLtCounter = 8
+	lattraceLtCounterLT_CNT_H2UNSYNCED      lattraceLtCounter = 9
+	lattraceLtCounterLT_CNT_ADOPTED_SERVER  lattraceLtCounter = 10
+	lattraceLtCounterLT_CNT_ADOPTED_CLIENT  lattraceLtCounter = 11
+	lattraceLtCounterLT_CNT_ADOPTED_GUESSED lattraceLtCounter = 12
+	lattraceLtCounterLT_CNT_LISTENERS_LOST  lattraceLtCounter = 13
+	lattraceLtCounterLT_CNT_H2RESYNCED      lattraceLtCounter = 14
+	lattraceLtCounterLT_CNT_H2RESYNC_LOST   lattraceLtCounter = 15
+	lattraceLtCounterLT_CNT_MAX             lattraceLtCounter = 16
 )
 
 type lattraceLtExchange struct {
@@ -133,18 +152,21 @@ type lattraceLtExchange struct {
 type lattraceLtExchangeFlag uint32
 
 const (
-	lattraceLtExchangeFlagLT_EX_TX_TSTAMP    lattraceLtExchangeFlag = 1
-	lattraceLtExchangeFlagLT_EX_CWND_RESTART lattraceLtExchangeFlag = 2
-	lattraceLtExchangeFlagLT_EX_SSAI         lattraceLtExchangeFlag = 4
-	lattraceLtExchangeFlagLT_EX_PARTIAL      lattraceLtExchangeFlag = 8
-	lattraceLtExchangeFlagLT_EX_FIRST        lattraceLtExchangeFlag = 16
-	lattraceLtExchangeFlagLT_EX_ACK_PURE     lattraceLtExchangeFlag = 32
-	lattraceLtExchangeFlagLT_EX_GREETING     lattraceLtExchangeFlag = 64
-	lattraceLtExchangeFlagLT_EX_UNANSWERED   lattraceLtExchangeFlag = 128
-	lattraceLtExchangeFlagLT_EX_PUSH         lattraceLtExchangeFlag = 256
-	lattraceLtExchangeFlagLT_EX_UNFINISHED   lattraceLtExchangeFlag = 512
-	lattraceLtExchangeFlagLT_EX_X1XMIT       lattraceLtExchangeFlag = 1024
-	lattraceLtExchangeFlagLT_EX_H2STREAMS    lattraceLtExchangeFlag = 2048
+	lattraceLtExchangeFlagLT_EX_TX_TSTAMP     lattraceLtExchangeFlag = 1
+	lattraceLtExchangeFlagLT_EX_CWND_RESTART  lattraceLtExchangeFlag = 2
+	lattraceLtExchangeFlagLT_EX_SSAI          lattraceLtExchangeFlag = 4
+	lattraceLtExchangeFlagLT_EX_PARTIAL       lattraceLtExchangeFlag = 8
+	lattraceLtExchangeFlagLT_EX_FIRST         lattraceLtExchangeFlag = 16
+	lattraceLtExchangeFlagLT_EX_ACK_PURE      lattraceLtExchangeFlag = 32
+	lattraceLtExchangeFlagLT_EX_GREETING      lattraceLtExchangeFlag = 64
+	lattraceLtExchangeFlagLT_EX_UNANSWERED    lattraceLtExchangeFlag = 128
+	lattraceLtExchangeFlagLT_EX_PUSH          lattraceLtExchangeFlag = 256
+	lattraceLtExchangeFlagLT_EX_UNFINISHED    lattraceLtExchangeFlag = 512
+	lattraceLtExchangeFlagLT_EX_X1XMIT        lattraceLtExchangeFlag = 1024
+	lattraceLtExchangeFlagLT_EX_H2STREAMS     lattraceLtExchangeFlag = 2048
+	lattraceLtExchangeFlagLT_EX_ROLE_LISTENER lattraceLtExchangeFlag = 4096
+	lattraceLtExchangeFlagLT_EX_ROLE_GUESSED  lattraceLtExchangeFlag = 8192
+	lattraceLtExchangeFlagLT_EX_H2RESYNCING   lattraceLtExchangeFlag = 16384
 )
 
 type lattraceLtExchangeRole uint32
@@ -182,7 +204,7 @@ type lattraceLtH2Event struct {
 	Type         uint8
 	Flags        uint8
 	WaitCause    uint8
-	Pad          uint8
+	Adopted      uint8
 	SrttUs       uint32
 	MinRttUs     uint32
 	PathRttUs    uint32
@@ -207,6 +229,7 @@ type lattraceLtH2Flag uint32
 const (
 	lattraceLtH2FlagLT_H2SEEN     lattraceLtH2Flag = 1
 	lattraceLtH2FlagLT_H2UNSYNCED lattraceLtH2Flag = 2
+	lattraceLtH2FlagLT_H2RESYNCED lattraceLtH2Flag = 4
 )
 
 type lattraceLtH2Frame uint32
@@ -395,6 +418,9 @@ const (
 	lattraceMapCounters                 = "counters"
 	lattraceMapEvents                   = "events"
 	lattraceMapH2socks                  = "h2socks"
+	lattraceMapListeners                = "listeners"
+	lattraceMapListening                = "listening"
+	lattraceMapNetnsSeeded              = "netns_seeded"
 	lattraceMapPaths                    = "paths"
 	lattraceMapSocks                    = "socks"
 	lattraceProgLattraceCongState       = "lattrace_cong_state"
@@ -402,6 +428,7 @@ const (
 	lattraceProgLattraceH2Ingress       = "lattrace_h2_ingress"
 	lattraceProgLattraceInflight        = "lattrace_inflight"
 	lattraceProgLattraceInflightTcp     = "lattrace_inflight_tcp"
+	lattraceProgLattraceListeners       = "lattrace_listeners"
 	lattraceProgLattraceProbe           = "lattrace_probe"
 	lattraceProgLattracePushFexit       = "lattrace_push_fexit"
 	lattraceProgLattraceRcvFentry       = "lattrace_rcv_fentry"
@@ -491,6 +518,7 @@ type lattraceProgramSpecs struct {
 	LattraceH2Ingress       *ebpf.ProgramSpec `ebpf:"lattrace_h2_ingress"`
 	LattraceInflight        *ebpf.ProgramSpec `ebpf:"lattrace_inflight"`
 	LattraceInflightTcp     *ebpf.ProgramSpec `ebpf:"lattrace_inflight_tcp"`
+	LattraceListeners       *ebpf.ProgramSpec `ebpf:"lattrace_listeners"`
 	LattraceProbe           *ebpf.ProgramSpec `ebpf:"lattrace_probe"`
 	LattracePushFexit       *ebpf.ProgramSpec `ebpf:"lattrace_push_fexit"`
 	LattraceRcvFentry       *ebpf.ProgramSpec `ebpf:"lattrace_rcv_fentry"`
@@ -522,6 +550,9 @@ type lattraceMapSpecs struct {
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	H2socks      *ebpf.MapSpec `ebpf:"h2socks"`
+	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	Listening    *ebpf.MapSpec `ebpf:"listening"`
+	NetnsSeeded  *ebpf.MapSpec `ebpf:"netns_seeded"`
 	Paths        *ebpf.MapSpec `ebpf:"paths"`
 	Socks        *ebpf.MapSpec `ebpf:"socks"`
 }
@@ -577,6 +608,9 @@ type lattraceMaps struct {
 	Counters     *ebpf.Map `ebpf:"counters"`
 	Events       *ebpf.Map `ebpf:"events"`
 	H2socks      *ebpf.Map `ebpf:"h2socks"`
+	Listeners    *ebpf.Map `ebpf:"listeners"`
+	Listening    *ebpf.Map `ebpf:"listening"`
+	NetnsSeeded  *ebpf.Map `ebpf:"netns_seeded"`
 	Paths        *ebpf.Map `ebpf:"paths"`
 	Socks        *ebpf.Map `ebpf:"socks"`
 }
@@ -588,6 +622,9 @@ func (m *lattraceMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.H2socks,
+		m.Listeners,
+		m.Listening,
+		m.NetnsSeeded,
 		m.Paths,
 		m.Socks,
 	)
@@ -628,6 +665,7 @@ type lattracePrograms struct {
 	LattraceH2Ingress       *ebpf.Program `ebpf:"lattrace_h2_ingress"`
 	LattraceInflight        *ebpf.Program `ebpf:"lattrace_inflight"`
 	LattraceInflightTcp     *ebpf.Program `ebpf:"lattrace_inflight_tcp"`
+	LattraceListeners       *ebpf.Program `ebpf:"lattrace_listeners"`
 	LattraceProbe           *ebpf.Program `ebpf:"lattrace_probe"`
 	LattracePushFexit       *ebpf.Program `ebpf:"lattrace_push_fexit"`
 	LattraceRcvFentry       *ebpf.Program `ebpf:"lattrace_rcv_fentry"`
@@ -657,6 +695,7 @@ func (p *lattracePrograms) Close() error {
 		p.LattraceH2Ingress,
 		p.LattraceInflight,
 		p.LattraceInflightTcp,
+		p.LattraceListeners,
 		p.LattraceProbe,
 		p.LattracePushFexit,
 		p.LattraceRcvFentry,

@@ -98,7 +98,7 @@ func (t *Tracer) sweepNow() {
 	if t.sweepNetns == nil {
 		err = readIter(t.sweep)
 	} else {
-		err = t.sweepNetns.each(func() error { return readIter(t.sweep) }, t.netnsUnswept)
+		err = t.sweepNetns.each(func(uint64) error { return readIter(t.sweep) }, t.netnsUnswept)
 		// A namespace the scan could not read is passed over as surely
 		// as one not entered, but has no inode to count it by.
 		if n := t.sweepNetns; n.denied > 0 && !n.toldDenied {
@@ -204,10 +204,10 @@ func (n *namespaces) scan() {
 	n.stale = false
 }
 
-// each calls fn once in every namespace, on a thread of its own that
-// enters them in turn. fail hears of a namespace that could not be
+// each calls fn once in every namespace (its inode), on a thread of its
+// own that enters them in turn. fail hears of a namespace that could not be
 // entered (first: for the first time).
-func (n *namespaces) each(fn func() error, fail func(ino uint64, first bool, err error)) error {
+func (n *namespaces) each(fn func(ino uint64) error, fail func(ino uint64, first bool, err error)) error {
 	if n.stale || time.Since(n.scanned) >= rescanEvery {
 		n.scan()
 	}
@@ -230,7 +230,7 @@ func (n *namespaces) each(fn func() error, fail func(ino uint64, first bool, err
 		var errs []error
 		for ino, path := range n.paths {
 			if ino == st.Ino {
-				errs = append(errs, fn())
+				errs = append(errs, fn(ino))
 				continue
 			}
 			if entered, err := enter(path, ino); err != nil {
@@ -240,7 +240,7 @@ func (n *namespaces) each(fn func() error, fail func(ino uint64, first bool, err
 			} else if !entered {
 				continue
 			}
-			errs = append(errs, fn())
+			errs = append(errs, fn(ino))
 			if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
 				// Stay locked: the runtime ends this thread with the
 				// goroutine, so no goroutine runs in the wrong namespace.

@@ -79,6 +79,10 @@ type Options struct {
 	// storage: the tests run that path on every kernel, whichever the
 	// kernel's own choice is.
 	noStorageIters bool
+	// noListeners leaves the listener table unseeded, as where the
+	// kernel refuses the TCP iterator: roles of connections open before
+	// lattrace are then guessed.
+	noListeners bool
 }
 
 func (o *Options) defaults() {
@@ -199,7 +203,7 @@ type Tracer struct {
 	durable  []*resumed
 	released bool
 
-	decoded, decodeErrors, replaySkipped, replayedUnsure, releasedUnsynced, unswept, h2Replaced, unwrittenAtStop atomic.Uint64
+	decoded, decodeErrors, replaySkipped, replayedUnsure, releasedUnsynced, unswept, unseeded, h2Replaced, unwrittenAtStop atomic.Uint64
 }
 
 // Open checks that this kernel can run lattrace, loads the programs and

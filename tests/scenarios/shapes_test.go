@@ -226,8 +226,8 @@ func TestConnectionWithoutData(t *testing.T) {
 
 // The tracer picks up connections that were open before it started: their
 // sockets get state at their first event, without sockops (so without TX
-// timestamps: x1 and a1 are reconstructed), and the first exchange seen is
-// marked partial.
+// timestamps: x1 and a1 are reconstructed), their roles from the listening
+// socket, and the first exchange seen is marked partial.
 func TestPreexistingConnection(t *testing.T) {
 	s := newLab(t, symmetric(10*time.Millisecond))
 	s.server(workload.ServerConfig{})
@@ -265,8 +265,8 @@ func TestPreexistingConnection(t *testing.T) {
 	}
 	var nets []time.Duration
 	for i, e := range got {
-		if e.TxTimestamps || e.ConnRole != record.RoleUnknown || e.Partial != (i == 0) {
-			t.Errorf("exchange %d: tx timestamps %v, conn role %s, partial %v", i, e.TxTimestamps, e.ConnRole, e.Partial)
+		if e.TxTimestamps || e.ConnRole != record.RoleClient || e.RoleSource != record.RoleFromListener || e.Partial != (i == 0) {
+			t.Errorf("exchange %d: tx timestamps %v, conn role %s (%s), partial %v", i, e.TxTimestamps, e.ConnRole, e.RoleSource, e.Partial)
 		}
 		if e.Components.Sum() != e.Duration {
 			t.Errorf("exchange %d: sum %v duration %v", i, e.Components.Sum(), e.Duration)
