@@ -5,10 +5,11 @@
  * headers alone, as on a connection followed from its start: never a
  * header block or DATA content.
  *
- * A direction's candidate is a segment that starts a flight (on the way
- * out nothing before it unacknowledged, on the way in nothing before it
- * unread): an HTTP/2 sender writes whole frames, so a write after a pause
- * begins with a frame header. From there the walk chains frame to frame
+ * A direction's candidate is a segment that starts one of its sender's
+ * writes (on the way out where the last write returned, on the way in
+ * right after a segment the peer pushed, PSH marking the end of a write):
+ * an HTTP/2 sender writes whole frames, so a write begins with a frame
+ * header. From there the walk chains frame to frame
  * by the length field as on a followed connection, each header checked
  * against RFC 9113's rules (a known type; its length, flags and stream id
  * as that type allows; a stream the client opens has an odd id; a length
@@ -68,14 +69,12 @@ static __always_inline bool h2_plausible(__u32 len, __u8 type, __u8 flags, __u32
 	return false;
 }
 
-/* Does direction d's segment at seq start a flight, and so likely a
- * frame? The socket's counters are read before TCP takes the segment in,
- * and after it queued it to leave. */
-static __always_inline bool h2_resync_candidate(struct tcp_sock *tp, int d, __u32 seq)
+/* Does direction d's segment at seq start one of its sender's writes, and
+ * so a frame? Ours: it starts where the last write returned. The peer's:
+ * it follows the segment that ended the peer's last write (PSH). */
+static __always_inline bool h2_resync_candidate(const struct lt_sock *st, int d, __u32 seq)
 {
-	if (d == H2_OUT)
-		return seq == tp->snd_una;
-	return seq == tp->rcv_nxt && tp->copied_seq == tp->rcv_nxt;
+	return seq == (d == H2_OUT ? st->write_end : st->in_push_end);
 }
 
 /* Is the connection's end the one that sends way d the client? */
@@ -131,12 +130,12 @@ static __always_inline bool h2_resync_step(struct lt_sock *st, struct h2_state *
 }
 
 /* Direction d of a connection adopted mid-way is undecided: is the
- * segment at seq (len bytes at off) a candidate whose first frame header
- * is plausible? True when the direction is followed from it, checking.
+ * segment at seq (len bytes at off) a candidate (h2_resync_candidate)
+ * whose first frame header is plausible? True when the direction is followed from it, checking.
  * After H2_RESYNC_TRIES failed candidates the connection is no HTTP/2:
  * decided both ways, its state gone. */
-static __always_inline bool h2_resync_open(struct lt_sock *st, struct bpf_sock *sk, struct tcp_sock *tp, struct __sk_buff *skb, int d,
-					   __u32 off, __u32 seq, __u32 len)
+static __always_inline bool h2_resync_open(struct lt_sock *st, struct bpf_sock *sk, struct __sk_buff *skb, int d,
+					   __u32 off, __u32 seq, __u32 len, bool candidate)
 {
 	struct h2_state *h2;
 	struct h2_dir *dir;
@@ -151,7 +150,7 @@ static __always_inline bool h2_resync_open(struct lt_sock *st, struct bpf_sock *
 		}
 		return false;
 	}
-	if (len < H2_HEADER_LEN || !h2_resync_candidate(tp, d, seq) || bpf_skb_load_bytes(skb, off, h, H2_HEADER_LEN))
+	if (len < H2_HEADER_LEN || !candidate || bpf_skb_load_bytes(skb, off, h, H2_HEADER_LEN))
 		return false;
 	flen = (__u32)h[0] << 16 | (__u32)h[1] << 8 | h[2];
 	stream = (__u32)(h[5] & 0x7f) << 24 | (__u32)h[6] << 16 | (__u32)h[7] << 8 | h[8];

@@ -63,8 +63,8 @@
 #define H2_PREFACE_2 0x0a0d0a0d4d530a0dULL
 
 /* Where the TCP payload of skb starts (cgroup_skb sees the IP header
- * first) and its first sequence number. */
-static __always_inline bool tcp_payload(struct __sk_buff *skb, __u32 *off, __u32 *seq)
+ * first), its first sequence number and whether it is pushed (PSH). */
+static __always_inline bool tcp_payload(struct __sk_buff *skb, __u32 *off, __u32 *seq, bool *psh)
 {
 	struct tcphdr th;
 	__u32 l3;
@@ -87,6 +87,7 @@ static __always_inline bool tcp_payload(struct __sk_buff *skb, __u32 *off, __u32
 		return false;
 	*seq = bpf_ntohl(th.seq);
 	*off = l3 + th.doff * 4;
+	*psh = th.psh;
 	return true;
 }
 
@@ -506,6 +507,7 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 	struct tcp_sock *tp;
 	struct lt_sock *st;
 	__u32 off, seq;
+	bool psh, candidate = false;
 
 	if (!sk)
 		return;
@@ -517,15 +519,22 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 	st = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (!st || (st->partial && !st->role) || ((st->h2 & decided) && !(st->h2 & H2_FOLLOWED)))
 		return;
-	if (!tcp_payload(skb, &off, &seq) || skb->len <= off)
+	if (!tcp_payload(skb, &off, &seq, &psh) || skb->len <= off)
 		return;
+	/* Adopted mid-way: does the segment start a write, and (pushed) the
+	 * end of one of the peer's writes, where its next one begins. */
+	if (st->partial) {
+		candidate = h2_resync_candidate(st, d, seq);
+		if (d == H2_IN && psh)
+			st->in_push_end = seq + skb->len - off;
+	}
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return;
 	if (!st->cookie)
 		st->cookie = bpf_get_socket_cookie(skb);
 	if (!(st->h2 & decided)) {
-		if (st->partial ? !h2_resync_open(st, sk, tp, skb, d, off, seq, skb->len - off)
+		if (st->partial ? !h2_resync_open(st, sk, skb, d, off, seq, skb->len - off, candidate)
 				: !h2_open(st, sk, tp, skb, d, off, seq, skb->len - off))
 			return;
 	}

@@ -40,6 +40,11 @@ struct lt_sock {
 	__u64 hole_start_ns;
 	__u64 cookie;       /* the socket's, asked once (sock_cookie) */
 	__u32 out_seq_start, out_seq_end; /* the out message's sequence range */
+	/* Where writes begin, for finding HTTP/2's framing mid-way
+	 * (h2_resync.bpf.h): write_seq as the last write returned, and the
+	 * end of the last incoming segment the peer pushed (PSH: the end of
+	 * one of its writes). */
+	__u32 write_end, in_push_end;
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
 	/* Where the messages start in 64-bit byte counts (written64,
 	 * bytes_received), so a message past 4 GiB keeps its exact size. */

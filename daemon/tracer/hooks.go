@@ -96,6 +96,16 @@ var hooks = []hook{
 	{program: "lattrace_listeners", hook: "iter/tcp", required: false, iterator: true,
 		feature: "roles of connections open before lattrace from their listening sockets (else guessed from the ports)", attach: attachTCPIter((*Tracer).seedListeners),
 		off: func(o *Options) bool { return o.noListeners }},
+	// Then HTTP/2's framing, before the hooks that adopt sockets too: the
+	// first segment of a connection adopted mid-way is read, and none of
+	// its exchanges comes out as a latency sample before its framing is
+	// looked for.
+	{program: "lattrace_h2_egress", hook: "cgroup_skb/egress", required: false,
+		feature: "HTTP/2 framing of cleartext connections, outgoing: frame headers only (--http2-framing)",
+		attach:  attachCgroup(ebpf.AttachCGroupInetEgress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
+	{program: "lattrace_h2_ingress", hook: "cgroup_skb/ingress", required: false,
+		feature: "HTTP/2 framing of cleartext connections, incoming: frame headers only (--http2-framing)",
+		attach:  attachCgroup(ebpf.AttachCGroupInetIngress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
 	{program: "lattrace_sendmsg_locked", hook: "tp_btf/tcp_sendmsg_locked", required: true,
 		feature: "exchanges: message start (w0) and send-wait causes", attach: attachTracing},
 	{program: "lattrace_sendmsg_fentry", hook: "fentry/tcp_sendmsg_locked", fallbackFor: "lattrace_sendmsg_locked", attach: attachTracing,
@@ -127,12 +137,6 @@ var hooks = []hook{
 		reduced: "read once IP and the device took the segment: late by the receive work a virtual device does on the way (veth's peer)"},
 	{program: "lattrace_push_fexit", hook: "fexit/__tcp_push_pending_frames", fallbackFor: "lattrace_xmit_fentry", attach: attachTracing, only: lacksTxTimestamps,
 		reduced: "held-back data seen leaving when an ACK, an uncork or a write pushes it, not when TCP small queues or pacing release it later"},
-	{program: "lattrace_h2_egress", hook: "cgroup_skb/egress", required: false,
-		feature: "HTTP/2 framing of cleartext connections, outgoing: frame headers only (--http2-framing)",
-		attach:  attachCgroup(ebpf.AttachCGroupInetEgress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
-	{program: "lattrace_h2_ingress", hook: "cgroup_skb/ingress", required: false,
-		feature: "HTTP/2 framing of cleartext connections, incoming: frame headers only (--http2-framing)",
-		attach:  attachCgroup(ebpf.AttachCGroupInetIngress), off: func(o *Options) bool { return o.NoHTTP2Framing }},
 	{program: "lattrace_sockops", hook: "sockops (cgroup)", required: false,
 		feature: "connection role, connect latency, clean RTT samples, BPF TX timestamps", attach: attachCgroup(ebpf.AttachCGroupSockOps)},
 	{program: "lattrace_inflight", hook: "iter/bpf_sk_storage_map", required: false, iterator: true,

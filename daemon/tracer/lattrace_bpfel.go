@@ -351,6 +351,8 @@ type lattraceLtSock struct {
 	Cookie         uint64
 	OutSeqStart    uint32
 	OutSeqEnd      uint32
+	WriteEnd       uint32
+	InPushEnd      uint32
 	InSeqStart     uint32
 	InSeqEnd       uint32
 	OutBytes0      uint64

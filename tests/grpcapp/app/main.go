@@ -8,7 +8,8 @@
 //	grpcapp client -addr 10.0.0.2:50051 -mode unary|concurrent|stream -n 200 -c 8 -log calls.log [-tls]
 //
 // The client writes one line per call to -log: the call's duration in
-// microseconds, from its start to its answer's end, as the client saw it.
+// microseconds, from its start to its answer's end, as the client saw it,
+// and its start in microseconds since the Unix epoch.
 // The server writes one line per call to its -log as the call ends: the
 // time its handler took, in microseconds, from its start to its return.
 package main
@@ -225,18 +226,21 @@ func runClient(args []string) {
 	}
 	var mu sync.Mutex
 	var durs []time.Duration
+	var starts []time.Time
 	var wg sync.WaitGroup
 	for w := 0; w < callers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < *n; i += callers {
+				start := time.Now()
 				d, err := call()
 				if err != nil {
 					log.Fatalf("call %d: %v", i, err)
 				}
 				mu.Lock()
 				durs = append(durs, d)
+				starts = append(starts, start)
 				mu.Unlock()
 			}
 		}(w)
@@ -247,8 +251,8 @@ func runClient(args []string) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		for _, d := range durs {
-			fmt.Fprintln(f, d.Microseconds())
+		for i, d := range durs {
+			fmt.Fprintln(f, d.Microseconds(), starts[i].UnixMicro())
 		}
 		if err := f.Close(); err != nil {
 			log.Fatal(err)
