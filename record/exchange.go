@@ -186,6 +186,11 @@ type Exchange struct {
 	// kept out of the latency distributions (Metrics.Multiplexed). The
 	// connection's RTTs, send-wait causes and loss stay right.
 	Multiplexed bool `json:"multiplexed,omitempty"`
+	// HTTP2Searching: the connection was open before lattrace started and
+	// looks like cleartext HTTP/2 whose framing is not confirmed yet
+	// (bpf/h2_resync.bpf.h): its cut at a change of direction may split
+	// overlapping streams, so it is Multiplexed too.
+	HTTP2Searching bool `json:"http2_searching,omitempty"`
 	// Push: the server's message came unprompted after a complete
 	// exchange and a silence of two round trips (10 ms at least): server
 	// push, PostgreSQL NOTIFY, pub/sub, a PING. The record holds that

@@ -106,9 +106,12 @@ func flowIdentity(d *detail) []string {
 	items := []string{
 		"flow " + sanitize(f.ID),
 		processDesc(f.Owner),
-		"role " + string(f.ConnRole),
+		roleDesc(f.ConnRole, f.RoleSource),
 		addrCell(f.Flow)[0],
 		fmt.Sprintf("netns %d", f.Flow.Netns),
+	}
+	if f.HTTP2Framing != "" {
+		items = append(items, "HTTP/2 framing "+http2FramingDesc[f.HTTP2Framing])
 	}
 	if f.Owner.ContainerID != "" {
 		items = append(items, "container "+sanitize(f.Owner.ContainerID))
@@ -127,6 +130,26 @@ func flowIdentity(d *detail) []string {
 		items = append(items, closed)
 	}
 	return items
+}
+
+// roleDesc is a connection end's role and, on a connection open before
+// lattrace started, how it was told.
+func roleDesc(r record.Role, from record.RoleSource) string {
+	switch from {
+	case record.RoleFromListener:
+		return "role " + string(r) + " (open before lattrace: from the listening sockets)"
+	case record.RoleGuessed:
+		return "role guessed from the ports (open before lattrace; no latency samples)"
+	}
+	return "role " + string(r)
+}
+
+// http2FramingDesc says how a flow's HTTP/2 framing was found.
+var http2FramingDesc = map[string]string{
+	aggregate.HTTP2FromPreface: "from its preface",
+	aggregate.HTTP2FoundMidway: "found mid-way (open before lattrace)",
+	aggregate.HTTP2Searching:   "being looked for (open before lattrace; no latency samples yet)",
+	aggregate.HTTP2NotFound:    "not found (open before lattrace): the connection's own exchanges",
 }
 
 func processDesc(o record.Owner) string {

@@ -129,6 +129,29 @@ type Counters struct {
 	PackErrors uint64 `json:"pack_errors"`
 }
 
+// The values of FlowStats.HTTP2Framing.
+const (
+	HTTP2FromPreface = "preface"
+	HTTP2FoundMidway = "found_midway"
+	HTTP2Searching   = "searching"
+	HTTP2NotFound    = "not_found"
+)
+
+// http2Framing is what a flow's framing is after ex, from what it was.
+func http2Framing(was string, ex *record.Exchange) string {
+	switch {
+	case ex.Stream != nil && ex.RoleSource != "":
+		return HTTP2FoundMidway
+	case ex.Stream != nil:
+		return HTTP2FromPreface
+	case ex.HTTP2Searching:
+		return HTTP2Searching
+	case was == HTTP2Searching:
+		return HTTP2NotFound
+	}
+	return was
+}
+
 // FlowStats is a snapshot of one connection.
 type FlowStats struct {
 	record.FlowKey
@@ -139,6 +162,12 @@ type FlowStats struct {
 	// lattrace started: from the listening sockets, or guessed (empty:
 	// its handshake was seen).
 	RoleSource record.RoleSource `json:"role_source,omitempty"`
+	// HTTP2Framing says how the framing of a cleartext HTTP/2 connection
+	// was found: HTTP2FromPreface, HTTP2FoundMidway (open before
+	// lattrace), HTTP2Searching or HTTP2NotFound (it looked like HTTP/2;
+	// its exchanges are the connection's own). Empty: not HTTP/2, or not
+	// known to be.
+	HTTP2Framing string `json:"http2_framing,omitempty"`
 	// Peer is the peer pair the flow is counted under (zero until the
 	// flow has an owner, i.e. before its first exchange or close).
 	Peer record.PeerKey `json:"peer"`
@@ -184,6 +213,7 @@ type flowEntry struct {
 	owner          record.Owner
 	connRole       record.Role
 	roleSource     record.RoleSource
+	http2Framing   string
 	peerKey        record.PeerKey
 	opened         record.Mono
 	connectLatency time.Duration
@@ -338,6 +368,7 @@ func (a *Aggregator) AddExchange(ex *record.Exchange) {
 	if ex.RoleSource != "" {
 		f.roleSource = ex.RoleSource
 	}
+	f.http2Framing = http2Framing(f.http2Framing, ex)
 	if hasOwner {
 		f.owner = ex.Owner
 	}
@@ -700,7 +731,7 @@ func (a *Aggregator) recycleFlow(f *flowEntry) {
 	a.flowClosed.remove(f)
 	f.mu.Lock()
 	f.gen++
-	f.owner, f.connRole, f.roleSource, f.peerKey = record.Owner{}, "", "", record.PeerKey{}
+	f.owner, f.connRole, f.roleSource, f.http2Framing, f.peerKey = record.Owner{}, "", "", "", record.PeerKey{}
 	f.opened, f.connectLatency, f.handshakeRTT = 0, 0, 0
 	f.closed, f.close, f.burst, f.peerK8s, f.rate = false, record.ConnClose{}, burst{}, nil, rateWindow{}
 	f.m.reset()
@@ -822,6 +853,7 @@ func (f *flowEntry) snapshotLocked(c *sketchCfg) FlowStats {
 		Owner:          f.owner,
 		ConnRole:       f.connRole,
 		RoleSource:     f.roleSource,
+		HTTP2Framing:   f.http2Framing,
 		Peer:           f.peerKey,
 		Opened:         f.opened,
 		ConnectLatency: f.connectLatency,

@@ -63,6 +63,7 @@ func (f *flowEntry) pack(c *sketchCfg, scratch []byte) (packedFlow, []byte) {
 	w.str(f.owner.ContainerID)
 	w.str(string(f.connRole))
 	w.str(string(f.roleSource))
+	w.str(f.http2Framing)
 	w.str(string(f.side))
 	// The pair's key is the flow's and its owner's (attribute) unless the
 	// flow is not attributed yet or its owner changed since: one byte says
@@ -145,6 +146,7 @@ func (p *packedFlow) row(out *FlowRow) error {
 	}
 	r.str() // the connection's role
 	r.str() // and how it was told
+	r.str() // HTTP/2's framing
 	side := record.Role(r.str())
 	switch r.uint() {
 	case 0:
@@ -188,6 +190,7 @@ func (p *packedFlow) unpack(f *flowEntry, c *sketchCfg) (err error) {
 	}
 	f.connRole = record.Role(r.str())
 	f.roleSource = record.RoleSource(r.str())
+	f.http2Framing = r.str()
 	f.side = record.Role(r.str())
 	switch r.uint() {
 	case 0:

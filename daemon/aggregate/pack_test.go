@@ -364,3 +364,31 @@ func TestPackExact(t *testing.T) {
 		}
 	}
 }
+
+// A connection open before lattrace keeps how its role was told and how
+// its HTTP/2 framing was found, packed or not.
+func TestAdoptedFlowState(t *testing.T) {
+	a := New(Config{ActiveFlows: 1, CloseGrace: time.Hour})
+	o := owner("grpc", 1, 1)
+	e := exch("10.0.0.1:40000", "10.0.0.2:50051", 1, o, record.RoleClient, at(1), ms)
+	e.RoleSource, e.HTTP2Searching, e.Multiplexed = record.RoleFromListener, true, true
+	a.AddExchange(e)
+	if f, _ := a.Flow(record.FlowKey{Flow: e.Flow, Cookie: 1}); f.RoleSource != record.RoleFromListener || f.HTTP2Framing != HTTP2Searching || f.Timed() != 0 {
+		t.Fatalf("searching: %+v", f)
+	}
+	s := exch("10.0.0.1:40000", "10.0.0.2:50051", 1, o, record.RoleClient, at(2), ms)
+	s.RoleSource, s.Stream = record.RoleFromListener, &record.HTTP2Stream{ID: 7}
+	a.AddExchange(s)
+	a.AddExchange(exch("10.0.0.1:40001", "10.0.0.2:443", 2, o, record.RoleClient, at(3), ms)) // packs the first
+	if st := a.Stats(); st.PackedFlows != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if f, _ := a.Flow(record.FlowKey{Flow: e.Flow, Cookie: 1}); f.RoleSource != record.RoleFromListener || f.HTTP2Framing != HTTP2FoundMidway || f.Timed() != 1 {
+		t.Fatalf("found: %+v", f)
+	}
+	for was, want := range map[string]string{HTTP2Searching: HTTP2NotFound, "": "", HTTP2FromPreface: HTTP2FromPreface} {
+		if got := http2Framing(was, &record.Exchange{}); got != want {
+			t.Errorf("after %q, a connection-level exchange: %q, want %q", was, got, want)
+		}
+	}
+}

@@ -334,3 +334,42 @@ func TestStreamInGaps(t *testing.T) {
 		t.Errorf("multiplexed %v, %+v", e.Multiplexed, e.Components)
 	}
 }
+
+// The model's guard: an answered request is a latency sample only when
+// an RTT bounds its network part, that part is no less than the path's
+// minimum, and its role is no guess; a cut already known to split
+// overlapping messages keeps no network part.
+func TestGuard(t *testing.T) {
+	lockstep := record.Timeline{W0: at(0), W1: at(0.1), X1: at(0.1), R0: at(30), R1: at(30), D1: at(30)}
+	cases := []struct {
+		name string
+		e    record.Exchange
+		want record.Rejection
+	}{
+		{"sample", record.Exchange{Role: record.Requester, Timeline: lockstep, MinRTT: 24 * time.Millisecond}, ""},
+		{"no RTT", record.Exchange{Role: record.Requester, Timeline: lockstep}, record.RejectedNoPathRTT},
+		{"role guessed", record.Exchange{Role: record.Requester, Timeline: lockstep, MinRTT: 24 * time.Millisecond, RoleSource: record.RoleGuessed}, record.RejectedRoleGuessed},
+		{"responder without RTT", record.Exchange{Role: record.Responder, Timeline: record.Timeline{R0: at(0), R1: at(0), W0: at(5), W1: at(5), X1: at(5)}}, ""},
+		{"partial", record.Exchange{Role: record.Requester, Timeline: lockstep, Partial: true}, ""},
+		{"unanswered", record.Exchange{Role: record.Requester, Timeline: record.Timeline{W0: at(0), X1: at(0)}, Unanswered: true}, ""},
+	}
+	for _, c := range cases {
+		Attribute(&c.e)
+		if c.e.Rejected != c.want || c.want != "" && c.e.Timed() {
+			t.Errorf("%s: rejected %q (timed %v), want %q", c.name, c.e.Rejected, c.e.Timed(), c.want)
+		}
+	}
+	// A stream's answer sooner than the path allows: its network part
+	// would be below the path's minimum.
+	s := record.Exchange{Role: record.Requester, Stream: &record.HTTP2Stream{ID: 1}, MinRTT: 24 * time.Millisecond,
+		Timeline: record.Timeline{W0: at(0), W1: at(0.1), X1: at(0.1), R0: at(10), R1: at(10), D1: at(10)}}
+	Attribute(&s)
+	if s.Rejected != record.RejectedNetworkBelowPath || s.Timed() {
+		t.Errorf("stream answered in 10 ms on a 24 ms path: rejected %q, network %v", s.Rejected, s.Components.Network)
+	}
+	m := record.Exchange{Role: record.Requester, Timeline: lockstep, MinRTT: 24 * time.Millisecond, Multiplexed: true, HTTP2Searching: true}
+	Attribute(&m)
+	if m.Components.Network != 0 || m.Components.Sum() != m.Duration || m.Rejected != "" {
+		t.Errorf("a cut known to be multiplexed: network %v, sum %v of %v, rejected %q", m.Components.Network, m.Components.Sum(), m.Duration, m.Rejected)
+	}
+}

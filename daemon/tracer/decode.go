@@ -246,7 +246,8 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 		// HTTP/2 on a connection open before lattrace, its framing still
 		// being confirmed: a cut at a change of direction may split
 		// overlapping streams.
-		Multiplexed: has(lattraceLtExchangeFlagLT_EX_H2RESYNCING),
+		Multiplexed:    has(lattraceLtExchangeFlagLT_EX_H2RESYNCING),
+		HTTP2Searching: has(lattraceLtExchangeFlagLT_EX_H2RESYNCING),
 	}
 	e.Role = exchangeRole(p.Role)
 	switch {
