@@ -1,6 +1,7 @@
 package tracer
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -15,7 +16,15 @@ import (
 // the listening socket gives, exactly as on a connection seen from its
 // preface; the connection's own exchanges before that are no latency
 // samples; PINGs between the calls (grpc-go's BDP pings) split nothing.
+// The same through the TCP iterators, where the kernel refuses those over
+// the socket storage.
 func TestHTTP2Adopted(t *testing.T) {
+	for _, tcpIters := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TCP iterators only %v", tcpIters), func(t *testing.T) { http2Adopted(t, tcpIters) })
+	}
+}
+
+func http2Adopted(t *testing.T, tcpIters bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +53,7 @@ func TestHTTP2Adopted(t *testing.T) {
 	sendSegments(t, cc, sc, [][]byte{settingsAck})
 
 	col := &collector{}
-	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond}, col)
+	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond, noStorageIters: tcpIters}, col)
 	const calls = 12
 	id := uint32(3)
 	for i := range calls {

@@ -18,10 +18,12 @@ import (
 // server responds, as on a connection seen from its handshake, every
 // exchange after the first (partial) a latency sample. Without the
 // listener table the roles are the ports' guess (here inverted), said on
-// every exchange, and none is a latency sample.
+// every exchange, and none is a latency sample. The same through the TCP
+// iterators, where the kernel refuses those over the socket storage.
 func TestAdoptedRoles(t *testing.T) {
-	for _, seeded := range []bool{true, false} {
-		t.Run(fmt.Sprintf("listeners read %v", seeded), func(t *testing.T) {
+	for _, v := range []struct{ seeded, tcpIters bool }{{true, false}, {true, true}, {false, false}} {
+		seeded, tcpIters := v.seeded, v.tcpIters
+		t.Run(fmt.Sprintf("listeners read %v, TCP iterators only %v", seeded, tcpIters), func(t *testing.T) {
 			const before, after, req, resp = 3, 8, 100, 1000
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -59,7 +61,7 @@ func TestAdoptedRoles(t *testing.T) {
 			}
 			roundTrips(before)
 			col := &collector{}
-			tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond, noListeners: !seeded}, col)
+			tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond, noListeners: !seeded, noStorageIters: tcpIters}, col)
 			roundTrips(after)
 			local := c.LocalAddr().(*net.TCPAddr).AddrPort()
 			c.Close()

@@ -28,8 +28,10 @@ var series = []string{"6.1", "6.12"}
 var suite = []struct {
 	pkg, run string
 }{
-	// Every hook attaches through the alternative the kernel calls for.
-	{"daemon/tracer", "^TestHooksOnThisKernel$"},
+	// Every hook attaches through the alternative the kernel calls for;
+	// connections open before the tracer get their roles from the
+	// listeners and their HTTP/2 framing from frame headers.
+	{"daemon/tracer", "^(TestHooksOnThisKernel|TestAdoptedRoles|TestHTTP2Adopted)$"},
 	// The lab: delay and think time, loss, a bulk stream.
 	{"tests/scenarios", "^(TestPathDelayAndThinkTime|TestLoss|TestOneWayStream)$"},
 	// Real servers: nginx, whose bodies go out through sendfile; nghttpd,
