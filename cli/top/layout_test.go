@@ -13,6 +13,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/record"
 )
 
 // wideFlows are flows with the longest ids and addresses that occur:
@@ -324,5 +325,28 @@ func TestDetailShowsRelatedBurstsAndTransfers(t *testing.T) {
 	}
 	if v := plain(m.View()); !strings.Contains(v, "· 1 connection") || strings.Contains(v, "1 connections") {
 		t.Errorf("pair b2 does not say 1 connection:\n%s", v)
+	}
+}
+
+// A connection open before lattrace says in its detail how its role was
+// told and how its HTTP/2 framing was found.
+func TestDetailSaysAdopted(t *testing.T) {
+	l := testFlows()
+	f := &l.Flows[0]
+	f.ConnRole, f.RoleSource, f.HTTP2Framing = record.RoleServer, record.RoleFromListener, aggregate.HTTP2FoundMidway
+	m, src := newTestModel(t, Options{}, 160, 50, false)
+	src.flows = l
+	for _, id := range rowIDs(m) {
+		if id == f.ID {
+			break
+		}
+		press(t, m, "down")
+	}
+	press(t, m, "enter")
+	v := strings.Join(strings.Fields(plain(m.View())), " ")
+	for _, want := range []string{"role server (open before lattrace: from the listening sockets)", "HTTP/2 framing found mid-way (open before lattrace)"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("detail lacks %q:\n%s", want, plain(m.View()))
+		}
 	}
 }
