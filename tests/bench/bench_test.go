@@ -118,6 +118,14 @@ func sample() *Results {
 	}
 	res.Hooks = []HookCost{{Tool: "lattrace", RoundTrips: 1000, NsPerRoundTrip: 800,
 		Programs: []ProgCost{{Name: "lattrace_probe", Type: "Tracing", Runs: 2000, Ns: 120, PerRoundTrip: 2}}}}
+	h2w := func(writes uint64, egress, ingress float64) H2Window {
+		return H2Window{Writes: writes, NsPerWrite: egress*1.5 + ingress,
+			Programs: []ProgCost{{Name: "lattrace_h2_egress", Runs: writes * 3 / 2, Ns: egress, PerRoundTrip: 1.5},
+				{Name: "lattrace_h2_ingress", Runs: writes, Ns: ingress, PerRoundTrip: 1}}}
+	}
+	res.Hooks[0].H2Resync = &H2ResyncCost{Conns: 200, FirstWrites: 20, AdoptedServer: 200, AdoptedClient: 200, IdleRunsPerSec: 12,
+		Adopted:   H2Windows{First: h2w(4000, 100, 150), After: h2w(90000, 40, 50)},
+		FromStart: H2Windows{First: h2w(4000, 60, 60), After: h2w(91000, 40, 48)}}
 	round := func(cpu, measured float64, rss uint64, lost float64) RateCost {
 		return RateCost{Config: "lattrace", Offered: 50000, Measured: measured, CPU: cpu, RSS: rss, Anon: rss / 4, Lost: lost}
 	}
@@ -267,7 +275,12 @@ func TestWriteReport(t *testing.T) {
 	for _, want := range []string{"| lattrace | 995 | 0.5 (0.5 … 0.5) | 1005.0 | +5.0 (+5.0 … +5.0) | seen |", "![rate lost per observer and workload](docs/bench/rr-cost.png)",
 		"lattrace_probe | Tracing | 120 | 2.00 | 240", "| 36 (10 round trips x 2 ends + 4 connections x 4) | 30 | 6 | true | true |",
 		"| TestX | network | 20.00 ms | injected | 20.20 ms | +200 µs | 1.0 |",
-		"| lattrace | 50000 | 49000 | 2.50 (3 rounds: 2.00 to 3.10) | 41.0 | 10.0 | 1 |", "is measured once in each round"} {
+		"| lattrace | 50000 | 49000 | 2.50 (3 rounds: 2.00 to 3.10) | 41.0 | 10.0 | 1 |", "is measured once in each round",
+		// The adopted-HTTP/2 phase: 1.5 x 100 + 150 = 300 ns per write
+		// first, 1.5 x 60 + 60 = 150 seen from the start.
+		"**300 ns per write over its first 20 writes, 110 ns after** (seen from its start: 150 and 108): +3000 ns per connection in all.",
+		"| each connection's first 20 writes (4000 and 4000) | 300 | 150 | +150 |", "| after (90000 and 91000 writes) | 110 | 108 | +2 |",
+		"| open before | first 20 writes | lattrace_h2_egress | 100 | 1.50 | 150 |"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q; it says:\n%s", want, b)
 		}
@@ -284,6 +297,29 @@ func TestWriteReport(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "| lattrace | 50000 | 49000 | 2.50 | 40.0 | 10.0 | 0 |") || strings.Contains(string(b), "in each round") {
 		t.Errorf("a single measurement reported with rounds:\n%s", b)
+	}
+	// A phase that failed says why; results from before it say nothing
+	// of it.
+	failed := sample()
+	failed.Hooks[0].H2Resync, failed.Hooks[0].H2ResyncError = nil, "lattrace_h2_egress not attached: no cgroup v2"
+	if err := WriteReport(failed, md, filepath.Join(dir, "docs", "bench")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(md); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Its phase of HTTP/2 framing looked for on connections open before it failed: `lattrace_h2_egress not attached: no cgroup v2`"; !strings.Contains(string(b), want) || strings.Contains(string(b), "ns per write over its first") {
+		t.Errorf("report of a failed adopted-HTTP/2 phase lacks %q or shows figures:\n%s", want, b)
+	}
+	failed.Hooks[0].H2ResyncError = ""
+	if err := WriteReport(failed, md, filepath.Join(dir, "docs", "bench")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(md); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "connections open before it") || strings.Contains(string(b), "open before lattrace (not HTTP/2)") {
+		t.Errorf("results without the adopted-HTTP/2 phase reported with it:\n%s", b)
 	}
 	for _, f := range []string{"rr-cost", "hooks", "daemon-cpu", "daemon-memory", "accuracy"} {
 		png, err := os.ReadFile(filepath.Join(dir, "docs", "bench", f+".png"))

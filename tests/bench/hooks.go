@@ -88,6 +88,14 @@ type HookCost struct {
 	HTTP2          []ProgCost `json:"http2,omitempty"`
 	HTTP2NsPerCall float64    `json:"http2_ns_per_call,omitempty"`
 	HTTP2Error     string     `json:"http2_error,omitempty"`
+	// H2Resync is what the HTTP/2 framing programs cost per write on
+	// non-HTTP/2 connections open before the daemon started, where they
+	// look for HTTP/2's framing from frame headers until they decide
+	// (issue 46), beside connections seen from their start. Only for
+	// lattrace; H2ResyncError is why it measured nothing (or why its
+	// figures, still given, are not what they claim).
+	H2Resync      *H2ResyncCost `json:"h2_resync,omitempty"`
+	H2ResyncError string        `json:"h2_resync_error,omitempty"`
 }
 
 // WarmProg is a program's cost in the phase where it ran the most.
@@ -200,7 +208,9 @@ func progSnapshot() (map[ebpf.ProgramID]progSnap, error) {
 // MeasureHooks runs the loopback 100-byte loop under each BPF tool with
 // run-time statistics on, then a churn of short connections (self's load
 // generator), then the loop through the 1 ms path, and attributes the run
-// time of the programs the tool loaded.
+// time of the programs the tool loaded. Under lattrace it also measures
+// its programs on HTTP/2 in clear and its HTTP/2 framing programs on
+// connections open before the daemon started (measureH2Resync).
 func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, d time.Duration, logf func(string, ...any)) ([]HookCost, error) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -241,8 +251,20 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 		if err != nil {
 			return nil, err
 		}
+		// The adopted-HTTP/2 phase's connections open before the
+		// daemon starts.
+		var adopted *rrConns
+		var adoptedErr error
+		if tool.Name == "lattrace" {
+			if adopted, adoptedErr = adoptedConns(); adoptedErr != nil {
+				adoptedErr = fmt.Errorf("connections open before the daemon: %w", adoptedErr)
+			}
+		}
 		stop, err := tool.Start(ctx, env, sc)
 		if err != nil {
+			if adopted != nil {
+				adopted.close()
+			}
 			return nil, fmt.Errorf("%s: %w", tool.Name, err)
 		}
 		loop := measurePhase(func() (uint64, error) { r, err := run(ctx, d); return r.RoundTrips, err })
@@ -253,6 +275,18 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 			} else {
 				http2 = measurePhase(func() (uint64, error) { return h2.calls(ctx, d) })
 			}
+		}
+		var resync *H2ResyncCost
+		var resyncErr error
+		if loop.err == nil && tool.Name == "lattrace" {
+			if adoptedErr != nil {
+				resyncErr = adoptedErr
+			} else {
+				resync, resyncErr = measureH2Resync(ctx, adopted, env.Dir, BenchPinPath, d)
+			}
+		}
+		if adopted != nil {
+			adopted.close()
 		}
 		if loop.err == nil {
 			churn = measurePhase(func() (uint64, error) { r, err := churnFor(ctx, self, d); return r.RoundTrips, err })
@@ -298,6 +332,25 @@ func MeasureHooks(ctx context.Context, env *Env, self string, tools []Observer, 
 				logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/call (HTTP/2)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)
 			}
 			logf("%-16s %.0f ns per HTTP/2 call, %.0f ns per stream exchange", tool.Name, h.HTTP2NsPerCall, h.HTTP2NsPerExchange())
+		}
+		h.H2Resync = resync
+		if resyncErr != nil {
+			h.H2ResyncError = resyncErr.Error()
+			logf("%-16s HTTP/2 framing looked for on connections open before it: %v", tool.Name, resyncErr)
+		}
+		if r := resync; r != nil {
+			for _, x := range []struct {
+				kind string
+				w    H2Window
+			}{{"open before, first writes", r.Adopted.First}, {"open before, after", r.Adopted.After},
+				{"seen from start, first writes", r.FromStart.First}, {"seen from start, after", r.FromStart.After}} {
+				for _, p := range x.w.Programs {
+					logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/write (%s)", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip, x.kind)
+				}
+				logf("%-16s %.0f ns per write over %d writes (%s)", tool.Name, x.w.NsPerWrite, x.w.Writes, x.kind)
+			}
+			logf("%-16s HTTP/2 framing looked for on a connection open before it: %+.0f ns per write over its first %d, %+.0f after (%d ends adopted as servers, %d as clients, %d guessed; %.0f runs/s idle)",
+				tool.Name, r.FirstExtra(), r.FirstWrites, r.AfterExtra(), r.AdoptedServer, r.AdoptedClient, r.AdoptedGuessed, r.IdleRunsPerSec)
 		}
 		for _, p := range h.Programs {
 			logf("%-16s %-28s %10d runs %7.0f ns/run %5.2f runs/round trip", tool.Name, p.Name, p.Runs, p.Ns, p.PerRoundTrip)

@@ -37,9 +37,15 @@ func WriteReport(res *Results, md, plotDir string) error {
 		plots[k] = filepath.ToSlash(filepath.Join(rel, v))
 	}
 	t, err := template.New("report").Funcs(template.FuncMap{
-		"f1":   func(x float64) string { return fmtNum(x, 1) },
-		"f0":   func(x float64) string { return fmtNum(x, 0) },
-		"f2":   func(x float64) string { return fmtNum(x, 2) },
+		"f1": func(x float64) string { return fmtNum(x, 1) },
+		"f0": func(x float64) string { return fmtNum(x, 0) },
+		"f2": func(x float64) string { return fmtNum(x, 2) },
+		"sf0": func(x float64) string {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return "–"
+			}
+			return fmt.Sprintf("%+.0f", x)
+		},
 		"mib":  func(b uint64) string { return fmtNum(mib(b), 1) },
 		"rate": fmtRate,
 		"loss": func(r Result, o string) string {
