@@ -373,3 +373,15 @@ func TestGuard(t *testing.T) {
 		t.Errorf("a cut known to be multiplexed: network %v, sum %v of %v, rejected %q", m.Components.Network, m.Components.Sum(), m.Duration, m.Rejected)
 	}
 }
+
+// The guard leaves the hooks' own error to them: a stream answered a
+// little sooner after its request's last byte left than the kernel's
+// minimum RTT (points read at other places, an emulated CPU) is a sample.
+func TestGuardSlack(t *testing.T) {
+	s := record.Exchange{Role: record.Requester, Stream: &record.HTTP2Stream{ID: 1}, MinRTT: 51 * time.Millisecond,
+		Timeline: record.Timeline{W0: at(0), W1: at(0.1), X1: at(0.1), R0: at(50.1), R1: at(50.2), D1: at(50.3)}}
+	Attribute(&s)
+	if s.Rejected != "" || !s.Timed() {
+		t.Errorf("answered 50 ms after on a 51 ms path: rejected %q", s.Rejected)
+	}
+}
