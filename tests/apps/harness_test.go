@@ -84,9 +84,23 @@ type app struct {
 	tr             *tracer.Tracer
 	busy           *labtrace.Busy
 	clients        *labtrace.Waited // the clients' cgroup
+	// started is when the tracer was running (after its Open), stop
+	// stops it; waited0 is what the clients had waited for a CPU by then.
+	started record.Mono
+	stop    func()
+	waited0 time.Duration
 }
 
 func newApp(t *testing.T, cc string) *app {
+	t.Helper()
+	a := newLateApp(t, cc)
+	a.startTracer()
+	return a
+}
+
+// newLateApp is newApp without the tracer: startTracer starts it, in the
+// middle of the client's run (a DaemonSet installed on a busy node).
+func newLateApp(t *testing.T, cc string) *app {
 	t.Helper()
 	l := netlab.Link{Delay: oneWay}
 	lab := netlab.NewT(t, netlab.Config{AtoB: l, BtoA: l})
@@ -101,10 +115,21 @@ func newApp(t *testing.T, cc string) *app {
 		t.Fatal(err)
 	}
 	a.col = labtrace.NewCollector(a.netnsA, a.netnsB)
-	a.tr = labtrace.Run(t, tracer.Options{}, a.col)
 	a.busy = labtrace.WatchBusy(t, lab.A, lab.B)
 	a.clients = labtrace.NewWaited(t, "clients")
 	return a
+}
+
+// startTracer starts a tracer (at its defaults: no pinning) with a
+// collector of its own, which a.col becomes, and the machine's accounts
+// of the run (Busy, the clients' waits) from then on.
+func (a *app) startTracer() {
+	a.t.Helper()
+	a.col = labtrace.NewCollector(a.netnsA, a.netnsB)
+	a.tr, a.stop = labtrace.Start(a.t, tracer.Options{}, a.col)
+	a.started = record.Now()
+	a.busy = labtrace.WatchBusy(a.t, a.lab.A, a.lab.B)
+	a.waited0 = a.clients.Total()
 }
 
 // server is B's address.
@@ -381,7 +406,7 @@ func (a *app) check(workload string, client, server []*record.Exchange, tr truth
 		r.verdict = "FAIL"
 	}
 	// How long the clients waited for a CPU (their cgroup's pressure).
-	waited := a.clients.Total()
+	waited := a.clients.Total() - a.waited0
 	var durs, nets, peers, thinks []time.Duration
 	latency, mux := 0, 0
 	for _, e := range client {

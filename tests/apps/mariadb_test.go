@@ -108,9 +108,8 @@ func (a *app) mariadb(port uint16) {
 		"--skip-grant-tables", "--skip-name-resolve", "--slow-query-log", "--slow-query-log-file="+slow, "--long-query-time=0")
 }
 
-// mysqlClient runs n queries from A, timing each itself, and the set-up
-// (connect, greeting, login) of each connection it opens.
-func (a *app) mysqlClient(port uint16, n int, perQuery bool) (setups, queries []time.Duration) {
+// mysqlDB is a pool of connections from A to MariaDB in B, as root.
+func (a *app) mysqlDB(port uint16) *sql.DB {
 	a.t.Helper()
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr = "root", "tcp", net.JoinHostPort(a.server().String(), strconv.Itoa(int(port)))
@@ -122,6 +121,14 @@ func (a *app) mysqlClient(port uint16, n int, perQuery bool) (setups, queries []
 		a.t.Fatal(err)
 	}
 	db := sql.OpenDB(connector)
+	return db
+}
+
+// mysqlClient runs n queries from A, timing each itself, and the set-up
+// (connect, greeting, login) of each connection it opens.
+func (a *app) mysqlClient(port uint16, n int, perQuery bool) (setups, queries []time.Duration) {
+	a.t.Helper()
+	db := a.mysqlDB(port)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	if perQuery {
@@ -133,6 +140,7 @@ func (a *app) mysqlClient(port uint16, n int, perQuery bool) (setups, queries []
 		if conn == nil {
 			start := time.Now()
 			// db.Conn connects and logs in, and asks nothing more.
+			var err error
 			if conn, err = db.Conn(ctx); err != nil {
 				a.t.Fatal(err)
 			}

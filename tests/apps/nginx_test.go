@@ -75,7 +75,22 @@ func (a *app) nginx() int {
 		a.file(fmt.Sprintf("www/%d.bin", size), strings.Repeat("x", size))
 	}
 	cert, key := a.selfSigned()
-	conf := a.file("nginx.conf", fmt.Sprintf(`daemon off;
+	conf := a.nginxConf(fmt.Sprintf(`listen %[1]s:%[2]d;
+		listen %[1]s:%[3]d ssl;
+		ssl_certificate %[4]s;
+		ssl_certificate_key %[5]s;
+		ssl_protocols TLSv1.2 TLSv1.3;`, a.server(), port, port+1, cert, key))
+	a.serve(port, "nginx", "-c", conf, "-p", a.dir)
+	return port
+}
+
+// nginxConf writes nginx's configuration: one server, with listen (its
+// listen and TLS directives), serving the test's www directory over
+// kept-alive connections, plain bodies through sendfile where the suite
+// says so.
+func (a *app) nginxConf(listen string) string {
+	a.t.Helper()
+	return a.file("nginx.conf", fmt.Sprintf(`daemon off;
 user root;
 worker_processes 1;
 pid %[1]s/nginx.pid;
@@ -83,8 +98,8 @@ error_log stderr warn;
 events { worker_connections 64; }
 http {
 	access_log off;
-	sendfile %[7]s;
-	tcp_nopush %[7]s;
+	sendfile %[2]s;
+	tcp_nopush %[2]s;
 	client_body_temp_path %[1]s/body;
 	proxy_temp_path %[1]s/proxy;
 	fastcgi_temp_path %[1]s/fastcgi;
@@ -92,17 +107,11 @@ http {
 	scgi_temp_path %[1]s/scgi;
 	keepalive_requests 1000000;
 	server {
-		listen %[2]s:%[3]d;
-		listen %[2]s:%[4]d ssl;
-		ssl_certificate %[5]s;
-		ssl_certificate_key %[6]s;
-		ssl_protocols TLSv1.2 TLSv1.3;
+		%[3]s
 		root %[1]s/www;
 	}
 }
-`, a.dir, a.server(), port, port+1, cert, key, onOff(sendfile)))
-	a.serve(port, "nginx", "-c", conf, "-p", a.dir)
-	return port
+`, a.dir, onOff(sendfile), listen))
 }
 
 // selfSigned writes a certificate for B's address (the workload's

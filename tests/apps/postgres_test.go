@@ -20,25 +20,7 @@ func TestPostgres(t *testing.T) {
 		t.Run(cc, func(t *testing.T) {
 			a := newApp(t, cc)
 			const port = 5432
-			bin := postgresBin(t)
-			data := filepath.Join(a.dir, "pg")
-			if err := os.Mkdir(data, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			a.chownTo("postgres", data)
-			if out, err := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "initdb"), "-D", data,
-				"--auth=trust", "-U", "postgres", "--no-sync").CombinedOutput(); err != nil {
-				t.Fatalf("initdb: %v\n%s", err, out)
-			}
-			hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hba.WriteString("host all all " + a.lab.A.IPv4.String() + "/32 trust\n")
-			hba.Close()
-			a.serve(port, "runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
-				"-c", "listen_addresses="+a.server().String(), "-p", strconv.Itoa(port),
-				"-c", "unix_socket_directories="+data, "-c", "fsync=off", "-c", "log_min_duration_statement=0")
+			a.postgres(port)
 			script := a.file("sleep.sql", "SELECT pg_sleep(0.013);\n")
 			const n = 40
 			wire := a.capture(port)
@@ -55,6 +37,31 @@ func TestPostgres(t *testing.T) {
 				p50: quantile(lats, 0.5), p99: quantile(lats, 0.99), think: &think, departures: departures(t, wire, port)})
 		})
 	}
+}
+
+// postgres starts PostgreSQL in B, trusting A, logging each statement's time.
+func (a *app) postgres(port uint16) {
+	t := a.t
+	t.Helper()
+	bin := postgresBin(t)
+	data := filepath.Join(a.dir, "pg")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a.chownTo("postgres", data)
+	if out, err := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "initdb"), "-D", data,
+		"--auth=trust", "-U", "postgres", "--no-sync").CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hba.WriteString("host all all " + a.lab.A.IPv4.String() + "/32 trust\n")
+	hba.Close()
+	a.serve(port, "runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
+		"-c", "listen_addresses="+a.server().String(), "-p", strconv.Itoa(int(port)),
+		"-c", "unix_socket_directories="+data, "-c", "fsync=off", "-c", "log_min_duration_statement=0")
 }
 
 // postgresBin is the directory of Debian's PostgreSQL server programs.

@@ -116,6 +116,17 @@ func NetnsInode(t testing.TB, name string) uint32 {
 // checks that no record was lost.
 func Run(t testing.TB, opts tracer.Options, col *Collector) *tracer.Tracer {
 	t.Helper()
+	tr, _ := Start(t, opts, col)
+	return tr
+}
+
+// Start is Run with a stop: the function it returns stops the tracer
+// (its programs detached, its maps gone unless opts pin them) and checks
+// that no record was lost, once; the test's end does it if the test has
+// not. A test stops one tracer and starts another in the middle of a run
+// with it, as a daemon restarted on a busy node.
+func Start(t testing.TB, opts tracer.Options, col *Collector) (*tracer.Tracer, func()) {
+	t.Helper()
 	if opts.DrainInterval == 0 {
 		opts.DrainInterval = 20 * time.Millisecond
 	}
@@ -126,16 +137,20 @@ func Run(t testing.TB, opts tracer.Options, col *Collector) *tracer.Tracer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx, pipeline.New(pipeline.Config{}, col)) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("tracer: %v", err)
-		}
-		c, err := tr.Counters()
-		if err == nil && (c.RingbufFull != 0 || c.StorageFail != 0 || c.DecodeErrors != 0) {
-			t.Errorf("tracer lost records: %+v", c)
-		}
-		tr.Close()
-	})
-	return tr
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("tracer: %v", err)
+			}
+			c, err := tr.Counters()
+			if err == nil && (c.RingbufFull != 0 || c.StorageFail != 0 || c.DecodeErrors != 0) {
+				t.Errorf("tracer lost records: %+v", c)
+			}
+			tr.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return tr, stop
 }
