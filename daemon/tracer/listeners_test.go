@@ -25,29 +25,7 @@ func TestAdoptedRoles(t *testing.T) {
 		seeded, tcpIters := v.seeded, v.tcpIters
 		t.Run(fmt.Sprintf("listeners read %v, TCP iterators only %v", seeded, tcpIters), func(t *testing.T) {
 			const before, after, req, resp = 3, 8, 100, 1000
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				in, out := make([]byte, req), make([]byte, resp)
-				for {
-					if _, err := io.ReadFull(c, in); err != nil {
-						return
-					}
-					time.Sleep(2 * time.Millisecond)
-					if _, err := c.Write(out); err != nil {
-						return
-					}
-				}
-			}()
-			server := ln.Addr().(*net.TCPAddr).AddrPort()
+			server := netip.MustParseAddrPort(replyServer(t, req, resp, 2*time.Millisecond))
 			c := dialFromBelow(t, server)
 			roundTrips := func(n int) {
 				for range n {

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/lattrace/lattrace/record"
 	"github.com/lattrace/lattrace/tests/capture"
 	"github.com/lattrace/lattrace/tests/labtrace"
