@@ -18,9 +18,13 @@
  * the candidate. Once both directions are confirmed the connection's
  * streams are followed (H2_STREAMS) exactly as from a preface; streams in
  * progress then are partial in user space (daemon/streams). A direction
- * whose candidates failed H2_RESYNC_TRIES times is not HTTP/2 (a redis,
- * PostgreSQL or HTTP/1.1 connection fails at its first byte): it is
- * decided, and costs nothing more.
+ * whose framing is lost later is looked for again. A connection one of
+ * whose directions spent H2_RESYNC_TRIES tries (a failed candidate, a
+ * write too short for a frame header, or H2_RESYNC_SKIPS data segments
+ * without a candidate) is not HTTP/2 (a redis, PostgreSQL or HTTP/1.1
+ * connection fails at its first byte): both directions are decided and
+ * its programs return at once from then on, as for any connection that
+ * is not HTTP/2.
  *
  * Only where the role is known (listeners.bpf.h): the stream ids' parity
  * needs the client's side.
@@ -34,6 +38,7 @@
 
 #define H2_RESYNC_CONFIRM 3
 #define H2_RESYNC_TRIES 4
+#define H2_RESYNC_SKIPS 64
 /* SETTINGS_MAX_FRAME_SIZE goes up to 2^24-1, but servers that raise it
  * stop at 1 MiB (Go's net/http2). */
 #define H2_RESYNC_MAX_LEN (1U << 20)
@@ -93,17 +98,29 @@ static __always_inline __u32 h2_tries(const struct lt_sock *st, int d)
 	return (st->h2 / (d == H2_OUT ? H2_RESYNC_TRY_OUT : H2_RESYNC_TRY_IN)) & H2_RESYNC_TRY_MASK;
 }
 
-/* Direction d's candidate broke a rule: the direction is undecided again,
- * its next candidate tried, one try spent. */
+static __always_inline __u32 h2_confirmed_bit(int d)
+{
+	return d == H2_OUT ? H2_OUT_CONFIRMED : H2_IN_CONFIRMED;
+}
+
+/* One try of direction d spent. */
+static __always_inline void h2_resync_tried(struct lt_sock *st, int d)
+{
+	if (h2_tries(st, d) < H2_RESYNC_TRY_MASK)
+		__sync_fetch_and_add(&st->h2, d == H2_OUT ? H2_RESYNC_TRY_OUT : H2_RESYNC_TRY_IN);
+}
+
+/* Direction d's candidate broke a rule, or its framing confirmed before
+ * was lost: the direction is undecided again, its next candidate tried,
+ * one try spent. */
 static __always_inline void h2_resync_drop(struct lt_sock *st, struct h2_dir *dir, int d)
 {
 	dir->on = 0;
 	dir->checking = 0;
 	dir->have = 0;
 	dir->pend_on = 0;
-	if (h2_tries(st, d) < H2_RESYNC_TRY_MASK)
-		__sync_fetch_and_add(&st->h2, d == H2_OUT ? H2_RESYNC_TRY_OUT : H2_RESYNC_TRY_IN);
-	__sync_fetch_and_and(&st->h2, ~h2_decided_bit(d));
+	h2_resync_tried(st, d);
+	__sync_fetch_and_and(&st->h2, ~(h2_decided_bit(d) | h2_confirmed_bit(d)));
 }
 
 /* One more frame header of a direction being checked, in its fields:
@@ -113,19 +130,24 @@ static __always_inline void h2_resync_drop(struct lt_sock *st, struct h2_dir *di
 static __always_inline bool h2_resync_step(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, int d,
 					   __u32 len, __u8 type, __u8 flags, __u32 stream, __u8 reserved)
 {
-	struct h2_dir *other = &h2->dir[(d ^ 1) & 1];
+	const __u32 both = H2_OUT_CONFIRMED | H2_IN_CONFIRMED;
+	__u32 bit = h2_confirmed_bit(d);
 
 	if (!h2_plausible(len, type, flags, stream, reserved, h2_from_client(st, d)))
 		return false;
 	if (--dir->checking)
 		return true;
-	if (!other->on || other->checking)
+	/* The directions confirm on two CPUs: the one whose bit completes
+	 * both goes on. */
+	if (((__sync_fetch_and_or(&st->h2, bit) | bit) & both) != both)
 		return true;
-	/* Both ways confirmed; set once, whichever CPU gets here first. */
-	if (__sync_fetch_and_or(&h2->flags, LT_H2_SEEN | LT_H2_RESYNCED) & LT_H2_RESYNCED)
-		return true;
-	count(LT_CNT_H2_RESYNCED);
+	if (!(__sync_fetch_and_or(&h2->flags, LT_H2_SEEN | LT_H2_RESYNCED) & LT_H2_RESYNCED))
+		count(LT_CNT_H2_RESYNCED);
+	/* Set, then checked: a direction lost meanwhile (h2_unsync) either
+	 * sees STREAMS and clears it, or is seen here. */
 	__sync_fetch_and_or(&st->h2, H2_STREAMS);
+	if ((st->h2 & both) != both)
+		__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS);
 	return true;
 }
 
@@ -150,16 +172,33 @@ static __always_inline bool h2_resync_open(struct lt_sock *st, struct bpf_sock *
 		}
 		return false;
 	}
-	if (len < H2_HEADER_LEN || !candidate || bpf_skb_load_bytes(skb, off, h, H2_HEADER_LEN))
+	/* A direction whose writes are never seen to start (sendfile's on a
+	 * kernel whose hook for it does not return through the write's end,
+	 * a peer that never pushes) spends a try every H2_RESYNC_SKIPS data
+	 * segments, so that it is decided too. */
+	if (!candidate) {
+		if (++st->h2_skipped[d & 1] >= H2_RESYNC_SKIPS) {
+			st->h2_skipped[d & 1] = 0;
+			h2_resync_tried(st, d);
+		}
 		return false;
+	}
+	/* An HTTP/2 write holds a frame header at least. */
+	if (len < H2_HEADER_LEN || bpf_skb_load_bytes(skb, off, h, H2_HEADER_LEN)) {
+		h2_resync_tried(st, d);
+		return false;
+	}
 	flen = (__u32)h[0] << 16 | (__u32)h[1] << 8 | h[2];
 	stream = (__u32)(h[5] & 0x7f) << 24 | (__u32)h[6] << 16 | (__u32)h[7] << 8 | h[8];
 	if (!h2_plausible(flen, h[3], h[4], stream, h[5] & 0x80, h2_from_client(st, d))) {
-		if (h2_tries(st, d) < H2_RESYNC_TRY_MASK)
-			__sync_fetch_and_add(&st->h2, d == H2_OUT ? H2_RESYNC_TRY_OUT : H2_RESYNC_TRY_IN);
+		h2_resync_tried(st, d);
 		return false;
 	}
+	/* The two directions may create the state at once on two CPUs: the
+	 * one that loses the race finds it. */
 	h2 = bpf_sk_storage_get(&h2socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!h2)
+		h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
 	if (!h2) {
 		count(LT_CNT_STORAGE_FAIL);
 		return false;

@@ -451,8 +451,9 @@ static __always_inline bool handle_sweep(struct sock *sk, struct lt_sock *st, bo
 		emit_exchange(st, tp, now);
 		return false;
 	}
-	/* Only where the roles are known: on a connection adopted mid-way
-	 * no later data could tell a push from the rest of a paused reply. */
+	/* Only where the roles are known: on a connection adopted mid-way in
+	 * a namespace whose listeners were never read, no later data could
+	 * tell a push from the rest of a paused reply. */
 	if (!cfg.idle_write_ns || (st->role != LT_ROLE_CLIENT && st->role != LT_ROLE_SERVER))
 		return false;
 	quiet = push_quiet(st, tp);

@@ -157,16 +157,30 @@ static __always_inline struct lt_h2_event *h2_event(struct lt_sock *st, __u32 ki
 	return ev;
 }
 
-/* The framing of this direction is lost: it is followed no further, and
- * the connection's streams end (LT_H2_LOST). UNSYNCED goes up before
- * STREAMS comes down: h2_open, opening the other direction on another
- * CPU, sets STREAMS and then checks UNSYNCED. */
-static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir)
+/* The connection's streams are followed no more: those in progress end
+ * (LT_H2_LOST). */
+static __always_inline void h2_streams_end(struct lt_sock *st)
 {
 	struct lt_h2_event *ev;
 
-	if (dir->checking) {
-		h2_resync_drop(st, dir, dir == &h2->dir[H2_IN] ? H2_IN : H2_OUT);
+	if (!(__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS) & H2_STREAMS))
+		return;
+	ev = h2_event(st, LT_H2_LOST, bpf_ktime_get_ns());
+	if (ev)
+		submit(ev, sizeof(*ev));
+}
+
+/* The framing of direction d is lost: the connection's streams end. On a
+ * connection adopted mid-way the direction's framing is looked for again
+ * (h2_resync.bpf.h), as it was from the first; on one followed from its
+ * start it is followed no further. UNSYNCED goes up before STREAMS comes
+ * down: h2_open, opening the other direction on another CPU, sets STREAMS
+ * and then checks UNSYNCED. */
+static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, struct h2_dir *dir, int d)
+{
+	if (st->partial) {
+		h2_resync_drop(st, dir, d);
+		h2_streams_end(st);
 		return;
 	}
 	dir->on = 0;
@@ -174,11 +188,7 @@ static __always_inline void h2_unsync(struct lt_sock *st, struct h2_state *h2, s
 	if ((h2->flags & (LT_H2_SEEN | LT_H2_UNSYNCED)) == LT_H2_SEEN)
 		count(LT_CNT_H2_UNSYNCED);
 	__sync_fetch_and_or(&h2->flags, LT_H2_UNSYNCED);
-	if (!(__sync_fetch_and_and(&st->h2, ~(__u32)H2_STREAMS) & H2_STREAMS))
-		return;
-	ev = h2_event(st, LT_H2_LOST, bpf_ktime_get_ns());
-	if (ev)
-		submit(ev, sizeof(*ev));
+	h2_streams_end(st);
 }
 
 /* What a segment's walk needs of its socket: the ISNs, and for an
@@ -253,7 +263,7 @@ static __always_inline __u32 h2_frame(struct lt_sock *st, struct h2_state *h2, s
 	if (i < LT_H2_TYPES && !dir->checking)
 		h2->frames[i]++;
 	stream = h2_stream_id(lo, b8);
-	if (!(st->h2 & H2_STREAMS))
+	if (!(st->h2 & H2_STREAMS) || dir->checking)
 		return flen;
 	/* A stream's frames (a header block may go on in CONTINUATION
 	 * frames), and the peer's WINDOW_UPDATEs, which a stream held by
@@ -317,7 +327,7 @@ static __always_inline void h2_not_opened(struct lt_sock *st, struct bpf_sock *s
 	if (!h2)
 		return;
 	if (h2->flags & LT_H2_SEEN) {
-		h2_unsync(st, h2, &h2->dir[d & 1]);
+		h2_unsync(st, h2, &h2->dir[d & 1], d);
 		return;
 	}
 	__sync_fetch_and_and(&st->h2, ~(__u32)H2_FOLLOWED);
@@ -410,7 +420,7 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 	have = dir->have;
 	if (have) {
 		if (have >= H2_HEADER_LEN) {
-			h2_unsync(st, h2, dir);
+			h2_unsync(st, h2, dir, d);
 			return;
 		}
 		want = dir->next_seq + have;
@@ -420,7 +430,7 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 		need = H2_HEADER_LEN - have;
 		if (need < 1 || need > 8 || len - rel < need) {
 			/* Still not whole (a segment of a few bytes). */
-			h2_unsync(st, h2, dir);
+			h2_unsync(st, h2, dir, d);
 			return;
 		}
 		rest = 0;
@@ -487,7 +497,7 @@ static __always_inline void h2_walk(struct lt_sock *st, struct h2_state *h2, str
 	/* More frames in the segment than are walked, or not HTTP/2 (on a
 	 * connection adopted mid-way: a candidate that fails its check). */
 lost:
-	h2_unsync(st, h2, dir);
+	h2_unsync(st, h2, dir, d);
 	return;
 
 check_gap:
@@ -495,7 +505,7 @@ check_gap:
 	 * (they came before a gap was filled): the framing is lost. Before
 	 * this segment (a gap yet to fill) they are still to come. */
 	if (rel >= 0 && !before(want, end) && before(want, dir->max_end))
-		h2_unsync(st, h2, dir);
+		h2_unsync(st, h2, dir, d);
 }
 
 /* A segment of the connection leaves (d = H2_OUT) or arrives (H2_IN). */

@@ -78,12 +78,12 @@ enum lt_counter {
 	LT_CNT_IDLE_WRITTEN,       /* exchanges the sweep wrote: complete, their connection quiet */
 	LT_CNT_UNFINISHED,         /* exchanges written unfinished: the daemon stopped while they were in progress */
 	LT_CNT_H2_UNSYNCED,        /* HTTP/2 connections whose framing was lost in a direction (a gap in the segments, or more frames in one than followed) */
-	LT_CNT_ADOPTED_SERVER,     /* connections open before lattrace followed: a listener on the local port, so the server's end */
+	LT_CNT_ADOPTED_SERVER,     /* ends of connections open before lattrace followed: a listener on the local port, so the server's end */
 	LT_CNT_ADOPTED_CLIENT,     /* the same, no listener on the local port: the client's end */
 	LT_CNT_ADOPTED_GUESSED,    /* the same, in a network namespace whose listeners were never read: the role guessed from the ports */
 	LT_CNT_LISTENERS_LOST,     /* a listening socket could not be counted (storage or table full): roles in its namespace may be wrong */
-	LT_CNT_H2_RESYNCED,        /* HTTP/2 connections open before lattrace whose framing was found from frame headers: their streams followed */
-	LT_CNT_H2_RESYNC_LOST,     /* connections open before lattrace that looked like HTTP/2 but whose framing was not confirmed: their own exchanges, no samples while it was tried */
+	LT_CNT_H2_RESYNCED,        /* ends of HTTP/2 connections open before lattrace whose framing was found from frame headers: their streams followed */
+	LT_CNT_H2_RESYNC_LOST,     /* ends of connections open before lattrace that looked like HTTP/2 but whose framing was not confirmed: their own exchanges, no samples while it was tried */
 	LT_CNT_MAX,
 };
 

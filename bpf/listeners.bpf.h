@@ -27,7 +27,10 @@ struct listener_key {
 };
 
 /* Listening sockets by (namespace, local port): how many (SO_REUSEPORT
- * groups and one per address share a port). */
+ * groups and one per address share a port). An entry that falls to zero
+ * stays: deleting it here could lose the count of a listener opening on
+ * the same port at once (an SO_REUSEPORT hot restart); the daemon deletes
+ * those of namespaces that are gone (Tracer.pruneListeners). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -49,7 +52,8 @@ struct {
 } listening SEC(".maps");
 
 /* Network namespaces whose listeners the table holds all of: the daemon
- * adds each one once its seeding iterator has walked it. */
+ * adds each one once its seeding iterator has walked it, and deletes
+ * those that are gone. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -96,8 +100,8 @@ static __always_inline void listener_closed(struct sock *sk)
 	if (!l || __sync_val_compare_and_swap(&l->counted, 1, 0) != 1)
 		return;
 	n = bpf_map_lookup_elem(&listeners, &l->key);
-	if (n && __sync_sub_and_fetch(n, 1) == 0)
-		bpf_map_delete_elem(&listeners, &l->key);
+	if (n)
+		__sync_fetch_and_sub(n, 1);
 }
 
 /* The role of an end adopted mid-connection: LT_ROLE_SERVER or
@@ -107,13 +111,14 @@ static __always_inline void listener_closed(struct sock *sk)
 static __always_inline __u32 adopted_role(const struct lt_flow *f)
 {
 	struct listener_key key = {.netns = f->netns, .port = f->sport};
-	__u32 netns = f->netns;
+	__u32 netns = f->netns, *n;
 
 	if (!bpf_map_lookup_elem(&netns_seeded, &netns)) {
 		count(LT_CNT_ADOPTED_GUESSED);
 		return LT_ROLE_UNKNOWN;
 	}
-	if (bpf_map_lookup_elem(&listeners, &key)) {
+	n = bpf_map_lookup_elem(&listeners, &key);
+	if (n && *n > 0) {
 		count(LT_CNT_ADOPTED_SERVER);
 		return LT_ROLE_SERVER;
 	}

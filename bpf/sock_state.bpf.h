@@ -45,6 +45,9 @@ struct lt_sock {
 	 * end of the last incoming segment the peer pushed (PSH: the end of
 	 * one of its writes). */
 	__u32 write_end, in_push_end;
+	/* Each direction's data segments that started no write since its
+	 * last try (h2_resync.bpf.h), while its framing is looked for. */
+	__u16 h2_skipped[2];
 	__u32 in_seq_start, in_seq_end;   /* the in message's range as it arrived */
 	/* Where the messages start in 64-bit byte counts (written64,
 	 * bytes_received), so a message past 4 GiB keeps its exact size. */
@@ -98,6 +101,10 @@ enum h2_sock {
 	 * each counting in a 3-bit field; added atomically. */
 	H2_RESYNC_TRY_OUT = 1 << 8,
 	H2_RESYNC_TRY_IN = 1 << 12,
+	/* Each direction's framing confirmed, on a connection adopted
+	 * mid-way: both, and its streams are followed. */
+	H2_OUT_CONFIRMED = 1 << 16,
+	H2_IN_CONFIRMED = 1 << 17,
 };
 
 #define H2_RESYNC_TRY_MASK 7

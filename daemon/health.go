@@ -107,13 +107,13 @@ func (d *Daemon) serveHealth() {
 	p.Gauge("lattrace_memory_shed_step", "what is being shed for memory: 0 nothing, 1 the history of recent exchanges, 2 flows too, 3 new sockets not followed too", guard(func(s memguard.Stats) float64 { return float64(s.Level) }))
 	p.Counter("lattrace_history_shed_total", "exchanges dropped from the history of recent exchanges for memory", guard(func(s memguard.Stats) float64 { return float64(s.HistoryShed) }))
 	p.Counter("lattrace_flows_shed_total", "flows dropped with their statistics for memory (their peer pairs keep theirs)", guard(func(s memguard.Stats) float64 { return float64(s.FlowsShed) }))
-	p.Counters("lattrace_connections_adopted_total", "connections open before lattrace started that it follows, by how their end's role was told: server (a listener on its local port), client (none), guessed (from the ports: the namespace's listeners were never read)",
+	p.Counters("lattrace_connections_adopted_total", "ends of connections open before lattrace started that it follows (both ends of a connection within the node count), by how the end's role was told: server (a listener on its local port), client (none), guessed (from the ports: the namespace's listeners were never read)",
 		"role", []string{"server", "client", "guessed"}, func() []float64 {
 			c, _ := d.tracer.Counters()
 			return []float64{float64(c.AdoptedServer), float64(c.AdoptedClient), float64(c.AdoptedGuessed)}
 		})
 	p.Counters("lattrace_exchanges_rejected_total", "exchanges that are no latency sample by the model's own rules, by reason: overlap (request and answer overlap, or the answer came sooner than the path's minimum round trip: multiplexed), no_path_rtt (no RTT sample to bound the network part), network_below_path_rtt, role_guessed (a connection open before lattrace whose role is a guess)",
-		"reason", pipeline.RejectReasons[:], func() []float64 {
+		"reason", pipeline.RejectReasons, func() []float64 {
 			n := d.pipeline.Rejected()
 			out := make([]float64, len(n))
 			for i, v := range n {
@@ -121,7 +121,7 @@ func (d *Daemon) serveHealth() {
 			}
 			return out
 		})
-	p.Counters("lattrace_http2_adopted_total", "HTTP/2 connections open before lattrace started, by whether their framing was found from frame headers: synced (streams followed from there) or lost (it looked like HTTP/2 but was not confirmed: the connection's own exchanges, no latency samples while it was tried)",
+	p.Counters("lattrace_http2_adopted_total", "ends of HTTP/2 connections open before lattrace started (both ends of a connection within the node count), by whether their framing was found from frame headers: synced (streams followed from there) or lost (it looked like HTTP/2 but was not confirmed: the connection's own exchanges, no latency samples while it was tried)",
 		"framing", []string{"synced", "lost"}, func() []float64 {
 			c, _ := d.tracer.Counters()
 			return []float64{float64(c.H2Resynced), float64(c.H2ResyncLost)}

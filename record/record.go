@@ -48,7 +48,8 @@ func (o *Owner) Known() bool { return o.Comm != "" || o.CgroupID != 0 }
 // Role says which end of the connection is local.
 type Role string
 
-// Roles; RoleUnknown is a connection that was open before lattrace started.
+// Roles; RoleUnknown is a connection open before lattrace started whose
+// role could not be told from the listening sockets (RoleGuessed).
 const (
 	RoleUnknown Role = "unknown"
 	RoleClient  Role = "client"

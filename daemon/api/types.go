@@ -172,8 +172,9 @@ type KernelCounters struct {
 	// SocketsUnfollowed counts connection ends born while new sockets
 	// were not followed, the daemon's memory near its limit.
 	SocketsUnfollowed uint64 `json:"sockets_unfollowed,omitempty"`
-	// AdoptedServer, AdoptedClient and AdoptedGuessed count connections
-	// open before lattrace that it follows, by how their role was told:
+	// AdoptedServer, AdoptedClient and AdoptedGuessed count the ends of
+	// connections open before lattrace that it follows, by how the role
+	// was told:
 	// a listener on the local port (server), none (client), or guessed
 	// from the ports where the namespace's listeners were never read.
 	// ListenersLost counts listening sockets that could not be counted;
@@ -183,9 +184,9 @@ type KernelCounters struct {
 	AdoptedGuessed uint64 `json:"adopted_guessed"`
 	ListenersLost  uint64 `json:"listeners_lost,omitempty"`
 	NetnsUnseeded  uint64 `json:"netns_unseeded,omitempty"`
-	// H2Resynced counts HTTP/2 connections open before lattrace whose
-	// framing was found mid-way; H2ResyncLost those that looked like
-	// HTTP/2 but whose framing was not confirmed.
+	// H2Resynced counts ends of HTTP/2 connections open before lattrace
+	// whose framing was found mid-way; H2ResyncLost those that looked
+	// like HTTP/2 but whose framing was not confirmed.
 	H2Resynced   uint64 `json:"http2_resynced"`
 	H2ResyncLost uint64 `json:"http2_resync_lost"`
 }

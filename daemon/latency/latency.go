@@ -72,7 +72,8 @@ func guard(e *record.Exchange) record.Rejection {
 // emulated CPU sets further apart than hookSlack (an HTTP/2 stream's
 // answer, its own by its frames, is never cut by overlapBound), so a
 // tenth of the round trip more is taken as the hooks' and not the
-// model's error. A network part of nothing on a 37 ms path is caught.
+// model's error; a network part of nothing, or of half the path, is
+// still caught.
 func guardBound(prop time.Duration) time.Duration { return max(prop-prop/10-hookSlack, 0) }
 
 // NetworkRTT is the round trip the path gave this exchange: the path's

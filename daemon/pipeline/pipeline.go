@@ -57,14 +57,23 @@ type Pipeline struct {
 	outputs []record.Sink
 	// rejected counts, by RejectReasons, the exchanges that are no
 	// latency sample by the model's own rules.
-	rejected [len(RejectReasons)]atomic.Uint64
+	rejected []atomic.Uint64
 }
 
 // RejectReasons name the reasons an exchange that the model attributes
-// is no latency sample: overlap (its request and answer overlap, or the
-// answer came sooner than the path allows: Multiplexed), then each
-// record.Rejection of the model's guard.
-var RejectReasons = [...]string{"overlap", string(record.RejectedNoPathRTT), string(record.RejectedNetworkBelowPath), string(record.RejectedRoleGuessed)}
+// is no latency sample, where nothing else (partial, unanswered) made it
+// none already, as the aggregates count them: overlap (its request and
+// answer overlap, or the answer came sooner than the path allows:
+// Multiplexed), then each record.Rejection of the model's guard.
+var RejectReasons = append([]string{"overlap"}, rejections()...)
+
+func rejections() []string {
+	out := make([]string, len(record.Rejections))
+	for i, r := range record.Rejections {
+		out[i] = string(r)
+	}
+	return out
+}
 
 // Rejected returns the counts of RejectReasons so far.
 func (p *Pipeline) Rejected() []uint64 {
@@ -76,6 +85,9 @@ func (p *Pipeline) Rejected() []uint64 {
 }
 
 func (p *Pipeline) countRejected(e *record.Exchange) {
+	if e.Partial || e.Unanswered {
+		return
+	}
 	if e.Multiplexed {
 		p.rejected[0].Add(1)
 		return
@@ -90,7 +102,7 @@ func (p *Pipeline) countRejected(e *record.Exchange) {
 
 // New builds a pipeline that ends in outputs, fed in that order.
 func New(cfg Config, outputs ...record.Sink) *Pipeline {
-	return &Pipeline{cfg: cfg, outputs: outputs}
+	return &Pipeline{cfg: cfg, outputs: outputs, rejected: make([]atomic.Uint64, len(RejectReasons))}
 }
 
 // Exchange runs every stage on e, then gives it to each output.

@@ -59,15 +59,16 @@ type Counters struct {
 	// SocketsUnfollowed counts connection ends born while new sockets
 	// were not followed, for memory (LimitSockets).
 	SocketsUnfollowed uint64
-	// AdoptedServer, AdoptedClient and AdoptedGuessed count connections
-	// open before lattrace that it follows: a listener on the local port
+	// AdoptedServer, AdoptedClient and AdoptedGuessed count the ends of
+	// connections open before lattrace that it follows (both ends of a
+	// connection within the node count): a listener on the local port
 	// (the server's end), none (the client's), or a network namespace
 	// whose listeners were never read, where the role is guessed from the
 	// ports. ListenersLost counts listening sockets that could not be
 	// counted (the table full); NetnsUnseeded network namespaces whose
 	// listeners could not be read at the start.
 	AdoptedServer, AdoptedClient, AdoptedGuessed, ListenersLost, NetnsUnseeded uint64
-	// H2Resynced counts HTTP/2 connections open before lattrace whose
+	// H2Resynced counts ends of HTTP/2 connections open before lattrace whose
 	// framing was found from frame headers, their streams followed from
 	// there; H2ResyncLost those that looked like HTTP/2 but whose framing
 	// was not confirmed (their own exchanges stand, no latency samples

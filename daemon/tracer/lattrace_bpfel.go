@@ -353,8 +353,10 @@ type lattraceLtSock struct {
 	OutSeqEnd      uint32
 	WriteEnd       uint32
 	InPushEnd      uint32
+	H2Skipped      [2]uint16
 	InSeqStart     uint32
 	InSeqEnd       uint32
+	_              [4]byte
 	OutBytes0      uint64
 	InBytes0       uint64
 	DataSegsOut0   uint32

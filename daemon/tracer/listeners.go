@@ -1,6 +1,10 @@
 package tracer
 
 import (
+	"os"
+	"syscall"
+	"time"
+
 	"github.com/cilium/ebpf/link"
 )
 
@@ -41,3 +45,60 @@ func (t *Tracer) seedListeners(it *link.Iter) {
 	}
 	t.opts.Logger.Debug("listening sockets read", "netns", read)
 }
+
+// pruneEvery is how often the tables of listeners and of namespaces read
+// are pruned of namespaces that are gone.
+const pruneEvery = time.Minute
+
+// pruneListeners deletes, at most once every pruneEvery, the entries of
+// network namespaces that are gone: listener counts fallen to zero (the
+// programs never delete one, which could lose a listener opening on the
+// same port at once) and the namespaces read. No socket opens in a
+// namespace that is gone, so nothing races the deletes; a namespace the
+// scan cannot see (its /proc entry not readable) keeps its entries only
+// when they count listeners.
+func (t *Tracer) pruneListeners() {
+	listeners, seeded := t.maps.Maps["listeners"], t.maps.Maps["netns_seeded"]
+	if listeners == nil || seeded == nil || time.Since(t.lastPrune) < pruneEvery {
+		return
+	}
+	t.lastPrune = time.Now()
+	ns := newNamespaces(t.opts.NetnsDirs)
+	ns.scan()
+	if self, err := os.Stat("/proc/thread-self/ns/net"); err == nil {
+		if st, ok := self.Sys().(*syscall.Stat_t); ok {
+			ns.paths[st.Ino] = "/proc/thread-self/ns/net"
+		}
+	}
+	live := func(netns uint32) bool { _, ok := ns.paths[uint64(netns)]; return ok }
+	var (
+		key   listenerKey
+		count uint32
+		gone  []listenerKey
+	)
+	for it := listeners.Iterate(); it.Next(&key, &count); {
+		if count == 0 && !live(key.Netns) {
+			gone = append(gone, key)
+		}
+	}
+	for _, k := range gone {
+		_ = listeners.Delete(k)
+	}
+	var (
+		netns uint32
+		mark  uint8
+		dead  []uint32
+	)
+	for it := seeded.Iterate(); it.Next(&netns, &mark); {
+		if !live(netns) {
+			dead = append(dead, netns)
+		}
+	}
+	for _, n := range dead {
+		_ = seeded.Delete(n)
+	}
+}
+
+// listenerKey is struct listener_key (bpf/listeners.bpf.h), a key of a
+// map only the daemon's pruning reads.
+type listenerKey struct{ Netns, Port uint32 }

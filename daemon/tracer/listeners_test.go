@@ -5,9 +5,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lattrace/lattrace/record"
 )
@@ -130,4 +134,62 @@ func isAddrInUse(err error) bool {
 		e = u.Unwrap()
 	}
 	return errno == syscall.EADDRINUSE
+}
+
+// TestListenersPruned: the table of listeners counts a listener opened
+// after the start (the state tracepoint) and uncounts it at its close;
+// the entry left at zero goes once its network namespace is gone, and
+// one of a namespace that lives on stays.
+func TestListenersPruned(t *testing.T) {
+	tr, _ := openTracer(t)
+	listeners := tr.maps.Maps["listeners"]
+	count := func(k listenerKey) (uint32, bool) {
+		var n uint32
+		err := listeners.Lookup(k, &n)
+		return n, err == nil
+	}
+	in := testNetns(t)
+	var gone listenerKey
+	in(func() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+			t.Error(err)
+		}
+		gone = listenerKey{Netns: uint32(st.Ino), Port: uint32(ln.Addr().(*net.TCPAddr).Port)}
+		if n, ok := count(gone); !ok || n != 1 {
+			t.Errorf("a listener opened after the start: count %d (present %v), want 1", n, ok)
+		}
+		ln.Close()
+	})
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
+	stays := listenerKey{Netns: uint32(self.Ino), Port: uint32(host.Addr().(*net.TCPAddr).Port)}
+	host.Close()
+	for _, k := range []listenerKey{gone, stays} {
+		if n, ok := count(k); !ok || n != 0 {
+			t.Errorf("listener %+v closed: count %d (present %v), want 0", k, n, ok)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "del", fmt.Sprintf("lt-sweep-%d", os.Getpid())).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v: %s", err, out)
+	}
+	tr.lastPrune = time.Time{}
+	tr.pruneListeners()
+	if _, ok := count(gone); ok {
+		t.Errorf("the entry of a namespace that is gone stays")
+	}
+	if _, ok := count(stays); !ok {
+		t.Errorf("the entry of this namespace went")
+	}
 }

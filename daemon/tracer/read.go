@@ -31,6 +31,7 @@ func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 			t.sweepAtStop(sink)
 		case !stopping && t.opts.IdleWrite > 0 && time.Since(t.lastSweep) >= t.opts.IdleWrite:
 			t.sweepNow()
+			t.pruneListeners()
 			t.drain(sink)
 		default:
 			t.drain(sink)

@@ -188,6 +188,9 @@ type Tracer struct {
 	sweep      *link.Iter
 	sweepNetns *namespaces
 	lastSweep  time.Time
+	// lastPrune: when the listener tables were last pruned of namespaces
+	// that are gone (pruneListeners).
+	lastPrune time.Time
 	// With PinPath: the locked directory and the state map (generation,
 	// output cursors).
 	pin   *pinDir
