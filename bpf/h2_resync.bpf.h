@@ -194,15 +194,9 @@ static __always_inline bool h2_resync_open(struct lt_sock *st, struct bpf_sock *
 		h2_resync_tried(st, d);
 		return false;
 	}
-	/* The two directions may create the state at once on two CPUs: the
-	 * one that loses the race finds it. */
-	h2 = bpf_sk_storage_get(&h2socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	h2 = h2_state_new(sk);
 	if (!h2)
-		h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
-	if (!h2) {
-		count(LT_CNT_STORAGE_FAIL);
 		return false;
-	}
 	dir = &h2->dir[d & 1];
 	dir->next_seq = seq;
 	dir->max_end = seq;

@@ -360,16 +360,10 @@ static __always_inline bool h2_open(struct lt_sock *st, struct bpf_sock *sk, str
 		h2_not_opened(st, sk, d);
 		return false;
 	}
-	/* The two directions may open at once on two CPUs (a server writes
-	 * its SETTINGS as the client's preface arrives): the one that loses
-	 * the race to create the state finds it. */
-	h2 = bpf_sk_storage_get(&h2socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	/* A server writes its SETTINGS as the client's preface arrives. */
+	h2 = h2_state_new(sk);
 	if (!h2)
-		h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
-	if (!h2) {
-		count(LT_CNT_STORAGE_FAIL);
 		return false;
-	}
 	h2->dir[d].next_seq = seq + opening;
 	h2->dir[d].max_end = seq + opening;
 	h2->dir[d].settings_next = opening == H2_PREFACE_LEN;

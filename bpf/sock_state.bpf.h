@@ -149,6 +149,20 @@ struct {
 	__type(value, struct h2_state);
 } h2socks SEC(".maps");
 
+/* A connection's HTTP/2 state, made now or found. Its two directions may
+ * open at once on two CPUs: the one that loses the race to create the
+ * state finds it. 0, counted, when there is no room. */
+static __always_inline struct h2_state *h2_state_new(struct bpf_sock *sk)
+{
+	struct h2_state *h2 = bpf_sk_storage_get(&h2socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (!h2)
+		h2 = bpf_sk_storage_get(&h2socks, sk, 0, 0);
+	if (!h2)
+		count(LT_CNT_STORAGE_FAIL);
+	return h2;
+}
+
 /* The cgroup of lattrace daemon --cgroup, when cfg.filter_cgroup. */
 struct {
 	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
