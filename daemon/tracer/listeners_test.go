@@ -31,8 +31,13 @@ func TestAdoptedRoles(t *testing.T) {
 			const before, after, req, resp = 3, 8, 100, 1000
 			server := netip.MustParseAddrPort(replyServer(t, req, resp, 2*time.Millisecond))
 			c := dialFromBelow(t, server)
+			// A pause between calls: a request that follows the answer
+			// sooner than half the path's round trip is multiplexed on
+			// the responder (latency.responder), and an emulated CPU's
+			// loopback round trip is long.
 			roundTrips := func(n int) {
 				for range n {
+					time.Sleep(5 * time.Millisecond)
 					if _, err := c.Write(make([]byte, req)); err != nil {
 						t.Fatal(err)
 					}
