@@ -80,7 +80,8 @@ static __always_inline void handle_send_done(struct sock *sk, int ret)
 	tp = tcp_sk_of(sk);
 	if (!tp)
 		return;
-	st->write_end = tp->write_seq;
+	if (st->partial)
+		st->write_end = tp->write_seq;
 	h2_write_done(st, sk, tp, ret);
 	if (st->phase != PHASE_OUT)
 		return;

@@ -525,9 +525,11 @@ static __always_inline void h2_segment(struct __sk_buff *skb, int d)
 		return;
 	if (!tcp_payload(skb, &off, &seq, &psh) || skb->len <= off)
 		return;
-	/* Adopted mid-way: does the segment start a write, and (pushed) the
-	 * end of one of the peer's writes, where its next one begins. */
-	if (st->partial) {
+	/* Adopted mid-way, this direction's framing not found yet: does the
+	 * segment start a write, and (pushed) the end of one of the peer's
+	 * writes, where its next one begins. A followed connection's
+	 * segments skip it. */
+	if (st->partial && !(st->h2 & decided)) {
 		candidate = h2_resync_candidate(st, d, seq);
 		if (d == H2_IN && psh)
 			st->in_push_end = seq + skb->len - off;
