@@ -11,6 +11,7 @@
 #include "common.bpf.h"
 #include "counters.bpf.h"
 #include "path_rtt.bpf.h"
+#include "request_links.bpf.h"
 #include "ringbuf.bpf.h"
 #include "send_wait.bpf.h"
 #include "sock_state.bpf.h"
@@ -116,6 +117,7 @@ static __always_inline void finish_exchange(struct lt_sock *st, struct tcp_sock 
 	}
 	ex->out_seq = st->out_seq_start;
 	ex->in_seq = st->in_seq_start;
+	links_fill(st, &ex->link);
 	/* The path's clean RTT while this exchange was in flight, or failing
 	 * any such sample a recent one; else user space falls back to the
 	 * path's minimum (the handshake's sample is in it). */

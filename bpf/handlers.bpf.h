@@ -14,6 +14,7 @@
 #include "counters.bpf.h"
 #include "exchange.bpf.h"
 #include "http2.bpf.h"
+#include "request_links.bpf.h"
 #include "ringbuf.bpf.h"
 #include "send_wait.bpf.h"
 #include "sock_state.bpf.h"
@@ -37,6 +38,8 @@ static __always_inline void handle_sendmsg(struct sock *sk)
 	h2_write_begins(st, sk, now);
 	if (st->phase != PHASE_OUT) {
 		begin_out(st, sk, tp, now);
+		if (st->cur.role == LT_REQUESTER)
+			links_request_written(st);
 	} else if (server_pushes(st, tp, now)) {
 		begin_push(st, sk, tp, now);
 		start_out(st, sk, tp, now);
@@ -267,6 +270,8 @@ static __always_inline void handle_recv_done(struct sock *sk, int ret, int flags
 	h2_read_done(st, sk, tp);
 	if (st->phase != PHASE_IN)
 		return;
+	if (st->cur.role == LT_RESPONDER)
+		links_request_read(st);
 	if (!after(st->in_seq_end, tp->copied_seq))
 		st->cur.d1 = bpf_ktime_get_ns();
 }

@@ -21,6 +21,7 @@
 #include "common.bpf.h"
 #include "handlers.bpf.h"
 #include "http2.bpf.h"
+#include "request_links.bpf.h"
 #include "sockops.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -43,6 +44,8 @@ const enum lt_h2_event_kind *unused_lt_h2_event_kind __attribute__((unused));
 const enum lt_wait_cause *unused_lt_wait_cause __attribute__((unused));
 const struct lt_control *unused_lt_control __attribute__((unused));
 const enum lt_control_slot *unused_lt_control_slot __attribute__((unused));
+const enum lt_link_method *unused_lt_link_method __attribute__((unused));
+const struct lt_go_offsets *unused_lt_go_offsets __attribute__((unused));
 
 /* sockops: connection establishment, RTT samples and TX timestamps. */
 SEC("sockops")
@@ -145,6 +148,14 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(lattrace_set_state, struct sock *sk, int oldstate, int newstate)
 {
 	handle_state_change(sk, oldstate, newstate);
+	return 0;
+}
+
+/* A thread wakes another: a request handed to a worker (request_links.bpf.h). */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(lattrace_waking, struct task_struct *p)
+{
+	links_wakeup(p);
 	return 0;
 }
 

@@ -21,7 +21,8 @@ struct lt_config {
 	__u64 wakeup_bytes;   /* wake user space each time the backlog grows by this many bytes (a power of two) */
 	__u8 use_tx_tstamp;   /* use BPF TX timestamping for x1/a1 where the kernel has it (>= 6.15) */
 	__u8 filter_cgroup;   /* trace only sockets of tasks in the cgroup_filter subtree (--cgroup) */
-	__u8 _pad[6];
+	__u8 no_links;        /* gather no evidence of the requests outbound exchanges serve (request_links.bpf.h) */
+	__u8 _pad[5];
 	__u64 path_window_ns; /* window of a path's recent clean RTT (a windowed minimum) */
 	/* A complete exchange whose connection has been quiet this long is
 	 * written by the sweep, not at its next turn; 0: only at the turn. */
@@ -84,6 +85,7 @@ enum lt_counter {
 	LT_CNT_LISTENERS_LOST,     /* a listening socket could not be counted (storage or table full): roles in its namespace may be wrong */
 	LT_CNT_H2_RESYNCED,        /* ends of HTTP/2 connections open before lattrace whose framing was found from frame headers: their streams followed */
 	LT_CNT_H2_RESYNC_LOST,     /* ends of connections open before lattrace that looked like HTTP/2 but whose framing was not confirmed: their own exchanges, no samples while it was tried */
+	LT_CNT_LINKS_LOST,         /* an outbound exchange's evidence of the request it served could not be kept (storage): it is linked by its timing alone */
 	LT_CNT_MAX,
 };
 
@@ -117,6 +119,7 @@ enum lt_exchange_flag {
 	LT_EX_ROLE_LISTENER = 1 << 12, /* the connection predates lattrace; its role came from the listening sockets */
 	LT_EX_ROLE_GUESSED = 1 << 13,  /* the connection predates lattrace; its role is a guess from the ports (no listener table for its namespace) */
 	LT_EX_H2_RESYNCING = 1 << 14,  /* HTTP/2 on a connection that predates lattrace, its framing not confirmed yet: the cut may split overlapping streams */
+	LT_EX_LINKED = 1 << 15,        /* the request's writer served an inbound request: its link waits in the links map (request_links.bpf.h) */
 };
 
 /* A connection as both ends and the namespace name it. Addresses are 16 bytes
@@ -181,13 +184,53 @@ enum lt_wait_cause {
  * restarts), so a daemon of another version must recognise records it cannot
  * read: bump it whenever a record struct changes. */
 enum lt_layout {
-	LT_LAYOUT = 6,
+	LT_LAYOUT = 7,
 };
 
 struct lt_header {
 	__u32 kind;   /* enum lt_record_kind */
 	__u32 layout; /* LT_LAYOUT of the program that wrote it */
 	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) when the record was made */
+};
+
+/* How the context that wrote an outbound request came to serve an
+ * inbound one (request_links.bpf.h). */
+enum lt_link_method {
+	LT_LINK_NONE = 0,
+	LT_LINK_THREAD = 1,    /* the writing thread read the inbound request itself */
+	LT_LINK_HANDOFF = 2,   /* the thread that read it woke the writing thread (its first wake-up after the read) */
+	LT_LINK_GOROUTINE = 3, /* the writing goroutine read the inbound request itself */
+	LT_LINK_GO_PARENT = 4, /* the goroutine that read it started the writing goroutine */
+};
+
+/* Execution contexts are threads (their tid) or, in a Go process whose
+ * goroutines lattrace reads, goroutines: LT_CTX_GOROUTINE | goid. */
+#define LT_CTX_GOROUTINE (1ULL << 63)
+
+/* One inbound request an execution context served: its socket and the
+ * first sequence number of the request. */
+struct lt_served {
+	__u64 cookie;
+	__u32 in_seq;
+	__u32 method; /* enum lt_link_method */
+};
+
+/* Where a Go program keeps its goroutines' ids: the offsets of goid and
+ * parentGoid in its runtime.g, from the binary's DWARF (daemon/goroutines),
+ * by process in the go_procs map; zeros for a binary without DWARF, whose
+ * goroutines are then named by their g. */
+struct lt_go_offsets {
+	__u32 goid;
+	__u32 parent_goid;
+};
+
+struct lt_link {
+	/* The inbound request the writing thread read last (cookie 0: none)
+	 * and the one it read before. */
+	struct lt_served parent;
+	struct lt_served prev;
+	/* The request last handed to the writing thread by a wake-up. */
+	struct lt_served handoff;
 };
 
 /* LT_RECORD_CONN_CLOSE */
@@ -244,6 +287,10 @@ struct lt_progress {
 	__u32 cwnd_start, cwnd_end;
 	__u32 rwnd_start;
 	char cong[16]; /* congestion control, read when the cwnd restarted */
+	/* The execution context (request_links.bpf.h) that read the request,
+	 * on the responder, or wrote the request's first byte, on the
+	 * requester; 0: not seen from process context. */
+	__u64 ctx;
 };
 
 /* LT_RECORD_EXCHANGE: one exchange as the local end saw it: what the
@@ -271,6 +318,11 @@ struct lt_exchange {
 	 * starts, so two tracers can name the same exchange. */
 	__u32 isn_local, isn_remote;
 	__u32 out_seq, in_seq;
+	/* The requester's evidence of the inbound request it ran inside
+	 * (request_links.bpf.h): the requests its writing context served as
+	 * the exchange began, each named by socket cookie and first sequence
+	 * number, as the responder's own record names it (cookie, in_seq). */
+	struct lt_link link;
 };
 
 /* Kinds of lt_h2_event. */

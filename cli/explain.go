@@ -14,30 +14,56 @@ import (
 	"github.com/lattrace/lattrace/daemon/aggregate"
 	"github.com/lattrace/lattrace/daemon/api"
 	"github.com/lattrace/lattrace/daemon/diagnose"
+	"github.com/lattrace/lattrace/daemon/requests"
 	"github.com/lattrace/lattrace/record"
 )
 
 func newExplain() *cobra.Command {
-	var whatIf time.Duration
+	var whatIfArg, request string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "explain FLOW|PEER",
-		Short: "say in words where a flow's or a peer pair's time goes, what is abnormal and what to fix",
+		Use:   "explain FLOW|PEER | explain --request ID",
+		Short: "say in words where a flow's, a peer pair's or a request's time goes, what is abnormal and what to fix",
 		Long: "FLOW is a flow id (a number, the ID column of `lattrace flows`); PEER a peer pair id\n" +
-			"(p followed by hex digits, from `lattrace flows --peers`).",
-		Args: cobra.ExactArgs(1),
+			"(p followed by hex digits, from `lattrace flows --peers`); --request ID a request across\n" +
+			"services (from `lattrace requests --trees`), its tree hop by hop.",
+		Args: cobra.MaximumNArgs(1),
 	}
 	target, _ := apiFlag(cmd)
-	cmd.Flags().DurationVar(&whatIf, "what-if", 0, "also estimate each exchange's latency if the peer were this much more round-trip time away (e.g. 20ms)")
+	cmd.Flags().StringVar(&whatIfArg, "what-if", "", "also estimate the latency if the peer were this much more round-trip time away (e.g. 20ms);\nwith --request, if one service moved: SERVICE=+20ms (a pod or command, as the tree names it)")
+	cmd.Flags().StringVar(&request, "request", "", "explain this request (an id from `lattrace requests --trees`)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON for it instead")
 	var c *api.Client
+	var whatIf time.Duration
+	var move *requests.Move
 	cmd.PreRunE = func(_ *cobra.Command, args []string) error {
-		if whatIf < 0 {
-			return usageError{fmt.Errorf("--what-if %v is negative", whatIf)}
-		}
 		var err error
 		if c, err = api.NewClient(target()); err != nil {
 			return usageError{err}
+		}
+		if request != "" {
+			if len(args) != 0 {
+				return usageError{fmt.Errorf("--request %s and %s: explain one thing at a time", request, args[0])}
+			}
+			if whatIfArg != "" {
+				m, err := requests.ParseMove(whatIfArg)
+				if err != nil {
+					return usageError{fmt.Errorf("--what-if: %w", err)}
+				}
+				move = &m
+			}
+			return nil
+		}
+		if len(args) != 1 {
+			return usageError{errors.New("explain what: a flow id, a peer pair id, or --request ID")}
+		}
+		if whatIfArg != "" {
+			if whatIf, err = time.ParseDuration(whatIfArg); err != nil {
+				return usageError{fmt.Errorf("--what-if %q: want a duration such as 20ms (SERVICE=+20ms goes with --request)", whatIfArg)}
+			}
+			if whatIf < 0 {
+				return usageError{fmt.Errorf("--what-if %v is negative", whatIf)}
+			}
 		}
 		if id := args[0]; !flowID.MatchString(id) && !peerID.MatchString(id) {
 			return usageError{fmt.Errorf("%q is neither a flow id (a number) nor a peer pair id (p and 12 hex digits): see `lattrace flows` and `lattrace flows --peers`", id)}
@@ -45,8 +71,36 @@ func newExplain() *cobra.Command {
 		return nil
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id := args[0]
 		out := cmd.OutOrStdout()
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if request != "" {
+			d, err := c.Request(cmd.Context(), request)
+			if err != nil {
+				return lookupError(err, "request", request, target())
+			}
+			var p *requests.Prediction
+			if move != nil {
+				w := requests.WhatIf(d.Request, *move)
+				p = &w
+			}
+			if asJSON {
+				return enc.Encode(struct {
+					api.RequestDetail
+					WhatIf *requests.Prediction `json:"what_if,omitempty"`
+				}{d, p})
+			}
+			WriteTree(out, d.Request)
+			if p != nil {
+				fmt.Fprintf(out, "\nWhat if %s moved %v farther (each round trip to it %v longer): %.1f round trips on the critical path cross its edges, so the request would take %s (+%s).\n",
+					move.Service, move.Extra, move.Extra, p.RoundTrips, ms(p.Duration), ms(p.Added))
+				if p.RoundTrips == 0 {
+					fmt.Fprintf(out, "No hop on the critical path has %s at one end: check the names in the tree above.\n", move.Service)
+				}
+			}
+			return nil
+		}
+		id := args[0]
 		var ex explanation
 		var detail any
 		if strings.HasPrefix(id, "p") {
@@ -63,8 +117,6 @@ func newExplain() *cobra.Command {
 			detail, ex = d, flowExplanation(&d)
 		}
 		if asJSON {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
 			return enc.Encode(detail)
 		}
 		ex.whatIf = whatIf
@@ -81,7 +133,10 @@ var (
 )
 
 func lookupError(err error, what, id, target string) error {
-	if errors.Is(err, api.ErrNotFound) {
+	switch {
+	case errors.Is(err, api.ErrNotFound) && what == "request":
+		return fmt.Errorf("no request %s: the daemon keeps the most recent ones only (list them with `lattrace requests --trees`)", id)
+	case errors.Is(err, api.ErrNotFound):
 		return fmt.Errorf("no %s %s: it closed, expired or was never seen (list them with `lattrace flows%s`)", what, id, map[bool]string{true: " --peers"}[what == "peer pair"])
 	}
 	return clientError(err, target)

@@ -122,6 +122,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newDaemon(), newTop(), newFlows(), newExplain(), newRecord(), newReport(), newVersion())
+	root.AddCommand(newDaemon(), newTop(), newFlows(), newRequests(), newExplain(), newRecord(), newReport(), newVersion())
 	return root
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/memguard"
 	"github.com/lattrace/lattrace/daemon/pipeline"
 	"github.com/lattrace/lattrace/daemon/private"
+	"github.com/lattrace/lattrace/daemon/requests"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/jsonl"
 	"github.com/lattrace/lattrace/exporters/otlp"
@@ -38,6 +39,8 @@ type Daemon struct {
 
 	agg  *aggregate.Aggregator
 	hist *history.History
+	// requests makes request trees of the exchanges (package requests).
+	requests *requests.Tracker
 	// Each is nil when not configured.
 	jsonl *jsonl.Writer
 	otlp  *otlp.Exporter
@@ -283,7 +286,8 @@ func (d *Daemon) openTracer() error {
 	// garbage: hand it back now rather than when the scavenger gets to it,
 	// so the daemon's resident memory is what it uses to trace.
 	debug.FreeOSMemory()
-	outputs := []record.Sink{pipeline.Live(d.agg, d.hist)}
+	d.requests = requests.New(requests.Config{})
+	outputs := []record.Sink{pipeline.Live(d.agg, d.hist), d.requests}
 	for _, o := range d.durable {
 		outputs = append(outputs, tr.Resume(o.name, o.out))
 	}
@@ -302,6 +306,7 @@ func (d *Daemon) openAPI() error {
 	}
 	d.apiLs = ls
 	d.api = api.NewServer(d.agg, d.hist, d.health, d.inFlight, d.log)
+	d.api.SetRequests(d.requests)
 	d.closers = append(d.closers, func() {
 		d.api.Close()
 		// Listeners Serve never took are not closed by the server.

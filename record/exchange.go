@@ -207,6 +207,17 @@ type Exchange struct {
 	// guess. Empty for a sample.
 	Rejected Rejection `json:"rejected,omitempty"`
 
+	// Ctx names the execution context (in Owner.PID) that read the
+	// request, on the responder, or wrote the request's first byte, on
+	// the requester: a thread id, or a goroutine (CtxGoroutine set).
+	// 0: not seen from process context.
+	Ctx uint64 `json:"ctx,omitempty"`
+	// Served is the requester's evidence of the inbound request it ran
+	// inside (bpf/request_links.bpf.h): the one its writing context
+	// served as it began, and the one before. Package requests checks it
+	// against the timelines before it links anything.
+	Served Served `json:"served,omitzero"`
+
 	// Stream is set on an exchange of one HTTP/2 stream, cut from the
 	// framing of cleartext HTTP/2 (daemon/streams): the request is the
 	// stream's frames from its HEADERS to the client's END_STREAM, the
@@ -230,6 +241,53 @@ type Exchange struct {
 func (e *Exchange) Timed() bool {
 	return !e.Unanswered && !e.Multiplexed && !e.Push && !e.Unfinished && e.Rejected == ""
 }
+
+// CtxGoroutine marks an Exchange.Ctx that is a goroutine id.
+const CtxGoroutine = 1 << 63
+
+// Served is what the kernel saw of the inbound requests an outbound
+// exchange's writer served.
+type Served struct {
+	// Parent is the request the writing context read last as the
+	// outbound request began, Prev the one it read before that, and
+	// Handoff the one last handed to it by the thread that read it.
+	Parent  ServedRequest `json:"parent,omitzero"`
+	Prev    ServedRequest `json:"prev,omitzero"`
+	Handoff ServedRequest `json:"handoff,omitzero"`
+}
+
+// Any reports whether the writing context served any request.
+func (s Served) Any() bool { return s.Parent.Cookie != 0 || s.Handoff.Cookie != 0 }
+
+// ServedRequest names an inbound request on this node: its socket
+// (Exchange.Cookie of the responder's record) and where it starts
+// (Exchange.InSeq), and how the writer came to serve it.
+type ServedRequest struct {
+	Cookie uint64     `json:"cookie"`
+	InSeq  uint32     `json:"in_seq"`
+	Method LinkMethod `json:"method"`
+}
+
+// LinkMethod is how an execution context came to serve an inbound request.
+type LinkMethod string
+
+const (
+	// LinkThread: the writing thread read the request itself.
+	LinkThread LinkMethod = "thread"
+	// LinkHandoff: the thread that read the request woke the writing
+	// thread (its first wake-up of a thread of its process after the
+	// read, from a futex wake).
+	LinkHandoff LinkMethod = "handoff"
+	// LinkGoroutine: the writing goroutine read the request itself.
+	LinkGoroutine LinkMethod = "goroutine"
+	// LinkGoParent: the goroutine that read the request started the
+	// writing goroutine.
+	LinkGoParent LinkMethod = "go_parent"
+	// LinkWindow: no evidence from process context; the outbound
+	// exchange lies inside one inbound exchange's window in its process,
+	// and no other's.
+	LinkWindow LinkMethod = "window"
+)
 
 // Rejection is why the latency model's guard refused an exchange as a
 // latency sample.

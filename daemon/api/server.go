@@ -25,6 +25,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/diagnose"
 	"github.com/lattrace/lattrace/daemon/history"
 	"github.com/lattrace/lattrace/daemon/private"
+	"github.com/lattrace/lattrace/daemon/requests"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -34,6 +35,7 @@ type Server struct {
 	hist     *history.History
 	health   func() Health
 	inflight func() []record.InFlight
+	requests *requests.Tracker
 	log      *slog.Logger
 	srv      *http.Server
 }
@@ -57,6 +59,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/flows/{id}", s.getFlow)
 	mux.HandleFunc("GET /v1/peers", s.getPeers)
 	mux.HandleFunc("GET /v1/peers/{id}", s.getPeer)
+	mux.HandleFunc("GET /v1/requests", s.getRequests)
+	mux.HandleFunc("GET /v1/requests/{id}", s.getRequest)
 	mux.HandleFunc("/", noEndpoint)
 	return jsonOnly(mux)
 }
@@ -68,7 +72,7 @@ func noEndpoint(w http.ResponseWriter, r *http.Request) {
 	if strings.ContainsFunc(p, unicode.IsControl) {
 		p = strconv.Quote(p)
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (see docs/api.md: /%s/health, /%s/flows, /%s/peers)", r.Method, p, Version, Version, Version))
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (see docs/api.md: /%s/health, /%s/flows, /%s/peers, /%s/requests)", r.Method, p, Version, Version, Version, Version))
 }
 
 // jsonOnly answers with JSON what the mux would answer in plain text or

@@ -189,6 +189,9 @@ type KernelCounters struct {
 	// like HTTP/2 but whose framing was not confirmed.
 	H2Resynced   uint64 `json:"http2_resynced"`
 	H2ResyncLost uint64 `json:"http2_resync_lost"`
+	// LinksLost counts outbound exchanges whose evidence of the request
+	// they served could not be kept: request trees link them by timing.
+	LinksLost uint64 `json:"links_lost,omitempty"`
 }
 
 // Error is the body of every 4xx and 5xx answer.

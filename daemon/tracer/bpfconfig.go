@@ -19,6 +19,7 @@ func setConfig(spec *ebpf.CollectionSpec, opts Options, filter bool) (lattraceLt
 	cfg.WakeupBytes = opts.WakeupBytes
 	cfg.UseTxTstamp = boolByte(!opts.NoTxTimestamps)
 	cfg.FilterCgroup = boolByte(filter)
+	cfg.NoLinks = boolByte(opts.NoRequestLinks)
 	cfg.IdleWriteNs = uint64(max(opts.IdleWrite, 0))
 	if err := v.Set(cfg); err != nil {
 		return cfg, fmt.Errorf("setting the BPF configuration: %w", err)

@@ -74,6 +74,10 @@ type Counters struct {
 	// was not confirmed (their own exchanges stand, no latency samples
 	// while it was tried).
 	H2Resynced, H2ResyncLost uint64
+	// LinksLost counts outbound exchanges whose evidence of the request
+	// they served could not be kept (socket storage): request trees link
+	// them by their timing alone.
+	LinksLost uint64
 }
 
 // Counters reads the per-CPU counters map.
@@ -112,6 +116,7 @@ func (t *Tracer) Counters() (Counters, error) {
 		{lattraceLtCounterLT_CNT_LISTENERS_LOST, &c.ListenersLost},
 		{lattraceLtCounterLT_CNT_H2RESYNCED, &c.H2Resynced},
 		{lattraceLtCounterLT_CNT_H2RESYNC_LOST, &c.H2ResyncLost},
+		{lattraceLtCounterLT_CNT_LINKS_LOST, &c.LinksLost},
 	} {
 		if *f.dst, err = sum(f.k); err != nil {
 			return c, err

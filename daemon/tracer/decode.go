@@ -187,6 +187,22 @@ func h2Event(x *lattraceLtH2Event, ev *streams.Event, comms *names) {
 	}
 }
 
+// served converts one request of an exchange's link; zero when the
+// writer served none.
+func served(s *lattraceLtServed) record.ServedRequest {
+	if s.Cookie == 0 {
+		return record.ServedRequest{}
+	}
+	return record.ServedRequest{Cookie: s.Cookie, InSeq: s.InSeq, Method: linkMethods[lattraceLtLinkMethod(s.Method)]}
+}
+
+var linkMethods = map[lattraceLtLinkMethod]record.LinkMethod{
+	lattraceLtLinkMethodLT_LINK_THREAD:    record.LinkThread,
+	lattraceLtLinkMethodLT_LINK_HANDOFF:   record.LinkHandoff,
+	lattraceLtLinkMethodLT_LINK_GOROUTINE: record.LinkGoroutine,
+	lattraceLtLinkMethodLT_LINK_GO_PARENT: record.LinkGoParent,
+}
+
 func usec(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // exchange converts the kernel's record into e, overwriting all of it; the
@@ -256,6 +272,8 @@ func exchange(x *lattraceLtExchange, e *record.Exchange, comms, congs *names) {
 	case has(lattraceLtExchangeFlagLT_EX_ROLE_GUESSED):
 		e.RoleSource = record.RoleGuessed
 	}
+	e.Ctx = p.Ctx
+	e.Served = record.Served{Parent: served(&x.Link.Parent), Prev: served(&x.Link.Prev), Handoff: served(&x.Link.Handoff)}
 	e.CongestionControl = congs.get(p.Cong[:])
 	if has(lattraceLtExchangeFlagLT_EX_ACK_PURE) {
 		e.AckRTT = usec(p.AckRttUs)

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lattraceGoKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Goid uint64
+}
+
 type lattraceH2State struct {
 	_   structs.HostLayout
 	Dir [2]struct {
@@ -56,7 +63,8 @@ type lattraceLtConfig struct {
 	WakeupBytes  uint64
 	UseTxTstamp  uint8
 	FilterCgroup uint8
-	Pad          [6]uint8
+	NoLinks      uint8
+	Pad          [5]uint8
 	PathWindowNs uint64
 	IdleWriteNs  uint64
 }
@@ -121,7 +129,8 @@ const (
 	lattraceLtCounterLT_CNT_LISTENERS_LOST  lattraceLtCounter = 13
 	lattraceLtCounterLT_CNT_H2RESYNCED      lattraceLtCounter = 14
 	lattraceLtCounterLT_CNT_H2RESYNC_LOST   lattraceLtCounter = 15
-	lattraceLtCounterLT_CNT_MAX             lattraceLtCounter = 16
+	lattraceLtCounterLT_CNT_LINKS_LOST      lattraceLtCounter = 16
+	lattraceLtCounterLT_CNT_MAX             lattraceLtCounter = 17
 )
 
 type lattraceLtExchange struct {
@@ -147,6 +156,7 @@ type lattraceLtExchange struct {
 	IsnRemote     uint32
 	OutSeq        uint32
 	InSeq         uint32
+	Link          lattraceLtLink
 }
 
 type lattraceLtExchangeFlag uint32
@@ -167,6 +177,7 @@ const (
 	lattraceLtExchangeFlagLT_EX_ROLE_LISTENER lattraceLtExchangeFlag = 4096
 	lattraceLtExchangeFlagLT_EX_ROLE_GUESSED  lattraceLtExchangeFlag = 8192
 	lattraceLtExchangeFlagLT_EX_H2RESYNCING   lattraceLtExchangeFlag = 16384
+	lattraceLtExchangeFlagLT_EX_LINKED        lattraceLtExchangeFlag = 32768
 )
 
 type lattraceLtExchangeRole uint32
@@ -186,6 +197,12 @@ type lattraceLtFlow struct {
 	Pad1   uint16
 	Netns  uint32
 	Pad2   uint32
+}
+
+type lattraceLtGoOffsets struct {
+	_          structs.HostLayout
+	Goid       uint32
+	ParentGoid uint32
 }
 
 type lattraceLtH2Event struct {
@@ -276,7 +293,24 @@ type lattraceLtInflight struct {
 type lattraceLtLayout uint32
 
 const (
-	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 6
+	lattraceLtLayoutLT_LAYOUT lattraceLtLayout = 7
+)
+
+type lattraceLtLink struct {
+	_       structs.HostLayout
+	Parent  lattraceLtServed
+	Prev    lattraceLtServed
+	Handoff lattraceLtServed
+}
+
+type lattraceLtLinkMethod uint32
+
+const (
+	lattraceLtLinkMethodLT_LINK_NONE      lattraceLtLinkMethod = 0
+	lattraceLtLinkMethodLT_LINK_THREAD    lattraceLtLinkMethod = 1
+	lattraceLtLinkMethodLT_LINK_HANDOFF   lattraceLtLinkMethod = 2
+	lattraceLtLinkMethodLT_LINK_GOROUTINE lattraceLtLinkMethod = 3
+	lattraceLtLinkMethodLT_LINK_GO_PARENT lattraceLtLinkMethod = 4
 )
 
 type lattraceLtOwner struct {
@@ -316,6 +350,7 @@ type lattraceLtProgress struct {
 	CwndEnd       uint32
 	RwndStart     uint32
 	Cong          [16]int8
+	Ctx           uint64
 }
 
 type lattraceLtRecordKind uint32
@@ -334,6 +369,13 @@ const (
 	lattraceLtRoleLT_ROLE_CLIENT  lattraceLtRole = 1
 	lattraceLtRoleLT_ROLE_SERVER  lattraceLtRole = 2
 )
+
+type lattraceLtServed struct {
+	_      structs.HostLayout
+	Cookie uint64
+	InSeq  uint32
+	Method uint32
+}
 
 type lattraceLtSock struct {
 	_              structs.HostLayout
@@ -413,6 +455,22 @@ type lattracePathSlot struct {
 	}
 }
 
+type lattraceServing struct {
+	_       structs.HostLayout
+	Cur     lattraceLtServed
+	Prev    lattraceLtServed
+	Handoff lattraceLtServed
+	Handed  uint32
+	Pad     uint32
+}
+
+type lattraceSockLink struct {
+	_    structs.HostLayout
+	Gen  uint32
+	Pad  uint32
+	Link lattraceLtLink
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -421,11 +479,15 @@ const (
 	lattraceMapControl                  = "control"
 	lattraceMapCounters                 = "counters"
 	lattraceMapEvents                   = "events"
+	lattraceMapGoProcs                  = "go_procs"
 	lattraceMapH2socks                  = "h2socks"
+	lattraceMapLinks                    = "links"
 	lattraceMapListeners                = "listeners"
 	lattraceMapListening                = "listening"
 	lattraceMapNetnsSeeded              = "netns_seeded"
 	lattraceMapPaths                    = "paths"
+	lattraceMapServedByGoroutine        = "served_by_goroutine"
+	lattraceMapServedByThread           = "served_by_thread"
 	lattraceMapSocks                    = "socks"
 	lattraceProgLattraceCongState       = "lattrace_cong_state"
 	lattraceProgLattraceH2Egress        = "lattrace_h2_egress"
@@ -452,6 +514,7 @@ const (
 	lattraceProgLattraceSockops         = "lattrace_sockops"
 	lattraceProgLattraceSweep           = "lattrace_sweep"
 	lattraceProgLattraceSweepTcp        = "lattrace_sweep_tcp"
+	lattraceProgLattraceWaking          = "lattrace_waking"
 	lattraceProgLattraceXmitFentry      = "lattrace_xmit_fentry"
 	lattraceVarCfg                      = "cfg"
 	lattraceVarSweepDeferred            = "sweep_deferred"
@@ -464,12 +527,14 @@ const (
 	lattraceVarUnusedLtExchange         = "unused_lt_exchange"
 	lattraceVarUnusedLtExchangeFlag     = "unused_lt_exchange_flag"
 	lattraceVarUnusedLtExchangeRole     = "unused_lt_exchange_role"
+	lattraceVarUnusedLtGoOffsets        = "unused_lt_go_offsets"
 	lattraceVarUnusedLtH2Event          = "unused_lt_h2_event"
 	lattraceVarUnusedLtH2EventKind      = "unused_lt_h2_event_kind"
 	lattraceVarUnusedLtH2Flag           = "unused_lt_h2_flag"
 	lattraceVarUnusedLtH2Frame          = "unused_lt_h2_frame"
 	lattraceVarUnusedLtInflight         = "unused_lt_inflight"
 	lattraceVarUnusedLtLayout           = "unused_lt_layout"
+	lattraceVarUnusedLtLinkMethod       = "unused_lt_link_method"
 	lattraceVarUnusedLtRecordKind       = "unused_lt_record_kind"
 	lattraceVarUnusedLtRole             = "unused_lt_role"
 	lattraceVarUnusedLtWaitCause        = "unused_lt_wait_cause"
@@ -542,6 +607,7 @@ type lattraceProgramSpecs struct {
 	LattraceSockops         *ebpf.ProgramSpec `ebpf:"lattrace_sockops"`
 	LattraceSweep           *ebpf.ProgramSpec `ebpf:"lattrace_sweep"`
 	LattraceSweepTcp        *ebpf.ProgramSpec `ebpf:"lattrace_sweep_tcp"`
+	LattraceWaking          *ebpf.ProgramSpec `ebpf:"lattrace_waking"`
 	LattraceXmitFentry      *ebpf.ProgramSpec `ebpf:"lattrace_xmit_fentry"`
 }
 
@@ -549,16 +615,20 @@ type lattraceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lattraceMapSpecs struct {
-	CgroupFilter *ebpf.MapSpec `ebpf:"cgroup_filter"`
-	Control      *ebpf.MapSpec `ebpf:"control"`
-	Counters     *ebpf.MapSpec `ebpf:"counters"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	H2socks      *ebpf.MapSpec `ebpf:"h2socks"`
-	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
-	Listening    *ebpf.MapSpec `ebpf:"listening"`
-	NetnsSeeded  *ebpf.MapSpec `ebpf:"netns_seeded"`
-	Paths        *ebpf.MapSpec `ebpf:"paths"`
-	Socks        *ebpf.MapSpec `ebpf:"socks"`
+	CgroupFilter      *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	Control           *ebpf.MapSpec `ebpf:"control"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	Events            *ebpf.MapSpec `ebpf:"events"`
+	GoProcs           *ebpf.MapSpec `ebpf:"go_procs"`
+	H2socks           *ebpf.MapSpec `ebpf:"h2socks"`
+	Links             *ebpf.MapSpec `ebpf:"links"`
+	Listeners         *ebpf.MapSpec `ebpf:"listeners"`
+	Listening         *ebpf.MapSpec `ebpf:"listening"`
+	NetnsSeeded       *ebpf.MapSpec `ebpf:"netns_seeded"`
+	Paths             *ebpf.MapSpec `ebpf:"paths"`
+	ServedByGoroutine *ebpf.MapSpec `ebpf:"served_by_goroutine"`
+	ServedByThread    *ebpf.MapSpec `ebpf:"served_by_thread"`
+	Socks             *ebpf.MapSpec `ebpf:"socks"`
 }
 
 // lattraceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -576,12 +646,14 @@ type lattraceVariableSpecs struct {
 	UnusedLtExchange     *ebpf.VariableSpec `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.VariableSpec `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.VariableSpec `ebpf:"unused_lt_exchange_role"`
+	UnusedLtGoOffsets    *ebpf.VariableSpec `ebpf:"unused_lt_go_offsets"`
 	UnusedLtH2Event      *ebpf.VariableSpec `ebpf:"unused_lt_h2_event"`
 	UnusedLtH2EventKind  *ebpf.VariableSpec `ebpf:"unused_lt_h2_event_kind"`
 	UnusedLtH2Flag       *ebpf.VariableSpec `ebpf:"unused_lt_h2_flag"`
 	UnusedLtH2Frame      *ebpf.VariableSpec `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.VariableSpec `ebpf:"unused_lt_inflight"`
 	UnusedLtLayout       *ebpf.VariableSpec `ebpf:"unused_lt_layout"`
+	UnusedLtLinkMethod   *ebpf.VariableSpec `ebpf:"unused_lt_link_method"`
 	UnusedLtRecordKind   *ebpf.VariableSpec `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.VariableSpec `ebpf:"unused_lt_role"`
 	UnusedLtWaitCause    *ebpf.VariableSpec `ebpf:"unused_lt_wait_cause"`
@@ -607,16 +679,20 @@ func (o *lattraceObjects) Close() error {
 //
 // It can be passed to loadLattraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lattraceMaps struct {
-	CgroupFilter *ebpf.Map `ebpf:"cgroup_filter"`
-	Control      *ebpf.Map `ebpf:"control"`
-	Counters     *ebpf.Map `ebpf:"counters"`
-	Events       *ebpf.Map `ebpf:"events"`
-	H2socks      *ebpf.Map `ebpf:"h2socks"`
-	Listeners    *ebpf.Map `ebpf:"listeners"`
-	Listening    *ebpf.Map `ebpf:"listening"`
-	NetnsSeeded  *ebpf.Map `ebpf:"netns_seeded"`
-	Paths        *ebpf.Map `ebpf:"paths"`
-	Socks        *ebpf.Map `ebpf:"socks"`
+	CgroupFilter      *ebpf.Map `ebpf:"cgroup_filter"`
+	Control           *ebpf.Map `ebpf:"control"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	Events            *ebpf.Map `ebpf:"events"`
+	GoProcs           *ebpf.Map `ebpf:"go_procs"`
+	H2socks           *ebpf.Map `ebpf:"h2socks"`
+	Links             *ebpf.Map `ebpf:"links"`
+	Listeners         *ebpf.Map `ebpf:"listeners"`
+	Listening         *ebpf.Map `ebpf:"listening"`
+	NetnsSeeded       *ebpf.Map `ebpf:"netns_seeded"`
+	Paths             *ebpf.Map `ebpf:"paths"`
+	ServedByGoroutine *ebpf.Map `ebpf:"served_by_goroutine"`
+	ServedByThread    *ebpf.Map `ebpf:"served_by_thread"`
+	Socks             *ebpf.Map `ebpf:"socks"`
 }
 
 func (m *lattraceMaps) Close() error {
@@ -625,11 +701,15 @@ func (m *lattraceMaps) Close() error {
 		m.Control,
 		m.Counters,
 		m.Events,
+		m.GoProcs,
 		m.H2socks,
+		m.Links,
 		m.Listeners,
 		m.Listening,
 		m.NetnsSeeded,
 		m.Paths,
+		m.ServedByGoroutine,
+		m.ServedByThread,
 		m.Socks,
 	)
 }
@@ -649,12 +729,14 @@ type lattraceVariables struct {
 	UnusedLtExchange     *ebpf.Variable `ebpf:"unused_lt_exchange"`
 	UnusedLtExchangeFlag *ebpf.Variable `ebpf:"unused_lt_exchange_flag"`
 	UnusedLtExchangeRole *ebpf.Variable `ebpf:"unused_lt_exchange_role"`
+	UnusedLtGoOffsets    *ebpf.Variable `ebpf:"unused_lt_go_offsets"`
 	UnusedLtH2Event      *ebpf.Variable `ebpf:"unused_lt_h2_event"`
 	UnusedLtH2EventKind  *ebpf.Variable `ebpf:"unused_lt_h2_event_kind"`
 	UnusedLtH2Flag       *ebpf.Variable `ebpf:"unused_lt_h2_flag"`
 	UnusedLtH2Frame      *ebpf.Variable `ebpf:"unused_lt_h2_frame"`
 	UnusedLtInflight     *ebpf.Variable `ebpf:"unused_lt_inflight"`
 	UnusedLtLayout       *ebpf.Variable `ebpf:"unused_lt_layout"`
+	UnusedLtLinkMethod   *ebpf.Variable `ebpf:"unused_lt_link_method"`
 	UnusedLtRecordKind   *ebpf.Variable `ebpf:"unused_lt_record_kind"`
 	UnusedLtRole         *ebpf.Variable `ebpf:"unused_lt_role"`
 	UnusedLtWaitCause    *ebpf.Variable `ebpf:"unused_lt_wait_cause"`
@@ -689,6 +771,7 @@ type lattracePrograms struct {
 	LattraceSockops         *ebpf.Program `ebpf:"lattrace_sockops"`
 	LattraceSweep           *ebpf.Program `ebpf:"lattrace_sweep"`
 	LattraceSweepTcp        *ebpf.Program `ebpf:"lattrace_sweep_tcp"`
+	LattraceWaking          *ebpf.Program `ebpf:"lattrace_waking"`
 	LattraceXmitFentry      *ebpf.Program `ebpf:"lattrace_xmit_fentry"`
 }
 
@@ -719,6 +802,7 @@ func (p *lattracePrograms) Close() error {
 		p.LattraceSockops,
 		p.LattraceSweep,
 		p.LattraceSweepTcp,
+		p.LattraceWaking,
 		p.LattraceXmitFentry,
 	)
 }

@@ -18,7 +18,9 @@ import (
 // packet bytes, or on a field that holds or points at payload. The one
 // exception is HTTP/2's framing (README, "What lattrace reads"): its two
 // programs, and only they, load bytes of segments (bpf/http2.bpf.h: the
-// preface, frame headers).
+// preface, frame headers). User memory is read in one place: a Go
+// program's goroutine id and its parent's, 8 bytes each from the runtime's
+// g (bpf/request_links.bpf.h), which goroutineID checks call by call.
 func TestNoPayloadRead(t *testing.T) {
 	spec, err := loadLattrace()
 	if err != nil {
@@ -44,7 +46,9 @@ func TestNoPayloadRead(t *testing.T) {
 			ins := &p.Instructions[i]
 			if ins.IsBuiltinCall() {
 				fn := asm.BuiltinFunc(ins.Constant)
-				if slices.Contains(forbiddenHelpers, fn) && !(framing[name] && fn == asm.FnSkbLoadBytes) {
+				switch {
+				case fn == asm.FnProbeReadUser && goroutineID(p.Instructions, i):
+				case slices.Contains(forbiddenHelpers, fn) && !(framing[name] && fn == asm.FnSkbLoadBytes):
 					t.Errorf("%s calls %s, which can read payload or user memory", name, fn)
 				}
 				if !slices.Contains(helpers, fn.String()) {
@@ -75,6 +79,23 @@ func TestNoPayloadRead(t *testing.T) {
 	if len(all) < 20 {
 		t.Errorf("only %d fields found: the relocation parsing is broken", len(all))
 	}
+}
+
+// goroutineID reports whether the helper call at ins[i] reads 8 bytes
+// into the stack (a goroutine id, never a buffer): the size argument (R2)
+// is the constant 8 and the destination (R1) the frame, set just before.
+func goroutineID(ins asm.Instructions, i int) bool {
+	size, dst := false, false
+	for j := i - 1; j >= 0 && j >= i-8; j-- {
+		in := ins[j]
+		if in.Dst == asm.R2 && in.OpCode.ALUOp() == asm.Mov && in.OpCode.Source() == asm.ImmSource {
+			size = size || in.Constant == 8
+		}
+		if in.Dst == asm.R1 && (in.Src == asm.RFP || in.OpCode.ALUOp() == asm.Add) {
+			dst = true
+		}
+	}
+	return size && dst
 }
 
 // fieldPath names the field a CO-RE accessor ("0:3:1") reaches in the

@@ -19,6 +19,7 @@ func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 	stop := context.AfterFunc(ctx, t.ring.interrupt)
 	defer stop()
 	for {
+		t.watchGoroutines()
 		stopping := ctx.Err() != nil
 		switch {
 		case stopping && t.opts.PinPath == "":

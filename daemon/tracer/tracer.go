@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lattrace/lattrace/daemon/cgroup"
+	"github.com/lattrace/lattrace/daemon/goroutines"
 	"github.com/lattrace/lattrace/daemon/streams"
 	"github.com/lattrace/lattrace/record"
 )
@@ -56,6 +57,11 @@ type Options struct {
 	// programs that read the preface and the 9-byte frame headers of
 	// cleartext HTTP/2 (never header blocks or DATA) stay unattached.
 	NoHTTP2Framing bool
+	// NoRequestLinks gathers no evidence of which inbound request an
+	// outbound exchange serves (bpf/request_links.bpf.h): no thread's
+	// reads are remembered and no wake-up is followed; request trees
+	// then link by timing alone.
+	NoRequestLinks bool
 	// IdleWrite is how long a complete exchange waits, its connection
 	// quiet, before it is written without its next turn (on an idle
 	// pooled connection that turn may be hours away); the sweep that
@@ -191,6 +197,12 @@ type Tracer struct {
 	// lastPrune: when the listener tables were last pruned of namespaces
 	// that are gone (pruneListeners).
 	lastPrune time.Time
+	// The Go processes whose goroutines the programs follow
+	// (goroutines.go), and how many the table had no room for.
+	goFinder   *goroutines.Finder
+	goProcs    map[uint32]goroutines.Offsets
+	lastGoScan time.Time
+	goFull     uint64
 	// With PinPath: the locked directory and the state map (generation,
 	// output cursors).
 	pin   *pinDir
@@ -247,7 +259,7 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracer{opts: opts, streams: streams.New()}
+	t := &Tracer{opts: opts, streams: streams.New(), goProcs: map[uint32]goroutines.Offsets{}}
 	adopt := false
 	if opts.PinPath != "" {
 		if t.pin, err = openPinDir(opts.PinPath); err != nil {

@@ -1,0 +1,199 @@
+package requests
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// DefaultMaxHops bounds a request's tree: a batch job's thousands of
+// queries are counted (Request.Truncated), not kept.
+const DefaultMaxHops = 1000
+
+// Result is what Assemble makes of a set of exchanges.
+type Result struct {
+	Requests []*Request
+	// Ambiguous holds the outbound exchanges more than one inbound
+	// exchange of their process could own; Waiting those whose parent's
+	// record has not come yet.
+	Ambiguous []*record.Exchange
+	Waiting   []*record.Exchange
+	// Members maps every exchange in a request, or left out of one
+	// (ambiguous, and the hops under it), to the request's index in
+	// Requests (-1: ambiguous, or under an ambiguous hop).
+	Members map[*record.Exchange]int
+}
+
+// Assemble links exs into request trees. A tree keeps at most maxHops hops
+// (DefaultMaxHops when 0); done, if not nil, tells the inbound requests
+// already in trees made before (evidence naming one is stale, not early).
+func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Result {
+	if maxHops <= 0 {
+		maxHops = DefaultMaxHops
+	}
+	ix := newIndex(exs, done)
+	res := &Result{Members: map[*record.Exchange]int{}}
+	// Each exchange's hop: a requester's with its responder's half when
+	// the node holds it; a responder's alone when its requester is off
+	// the node.
+	hopOf := map[*record.Exchange]*Hop{}
+	var hops []*Hop
+	paired := map[*record.Exchange]bool{}
+	for _, e := range exs {
+		if e.Role != record.Requester || !linkable(e) {
+			continue
+		}
+		srv := ix.pair(e)
+		h := newHop(e, srv)
+		hopOf[e] = h
+		if srv != nil {
+			hopOf[srv] = h
+			paired[srv] = true
+		}
+		hops = append(hops, h)
+	}
+	for _, e := range exs {
+		if e.Role == record.Responder && linkable(e) && !paired[e] {
+			h := newHop(nil, e)
+			hopOf[e] = h
+			hops = append(hops, h)
+		}
+	}
+	// Parents: an outbound exchange's hop hangs under the hop whose
+	// responder's half it ran inside.
+	parent := map[*Hop]*Hop{}
+	children := map[*Hop][]*Hop{}
+	lost := map[*Hop]verdict{} // ambiguous or waiting: not a root
+	for _, h := range hops {
+		if h.Client == nil {
+			continue
+		}
+		p, method, v := ix.link(h.Client)
+		switch v {
+		case linked:
+			ph := hopOf[p]
+			if ph == nil || ph == h {
+				continue
+			}
+			h.Link = method
+			parent[h] = ph
+			children[ph] = append(children[ph], h)
+		case ambiguous:
+			res.Ambiguous = append(res.Ambiguous, h.Client)
+			lost[h] = v
+		case waiting:
+			res.Waiting = append(res.Waiting, h.Client)
+			lost[h] = v
+		}
+	}
+	for _, h := range hops {
+		if _, ok := parent[h]; ok {
+			continue
+		}
+		if v, ok := lost[h]; ok {
+			// A waiting hop and those under it wait with it.
+			if v == ambiguous {
+				markLost(h, children, res.Members)
+			}
+			continue
+		}
+		if rootUnder(h, parent) {
+			continue
+		}
+		r := &Request{Root: h}
+		n := 0
+		build(h, children, maxHops, &n, r)
+		finish(h)
+		summarize(r)
+		first := h.Client
+		if first == nil {
+			first = h.Server
+		}
+		r.ID = fmt.Sprintf("%x-%x", first.Cookie, firstSeq(first))
+		r.Endpoint = endpoint(h)
+		res.Requests = append(res.Requests, r)
+	}
+	slices.SortFunc(res.Requests, func(a, b *Request) int { return int(int64(a.Root.Start) - int64(b.Root.Start)) })
+	for i, r := range res.Requests {
+		markMembers(r.Root, res.Members, i)
+	}
+	return res
+}
+
+// linkable: an exchange that is a request and its answer, or a request
+// left unanswered; a server's unprompted message and an exchange the
+// daemon's stop cut are none.
+func linkable(e *record.Exchange) bool { return !e.Push && !e.Unfinished }
+
+// rootUnder reports a cycle through h (two hops each inside the other's
+// window, which only malformed records make): such a hop is no root.
+func rootUnder(h *Hop, parent map[*Hop]*Hop) bool {
+	seen := map[*Hop]bool{}
+	for p := parent[h]; p != nil; p = parent[p] {
+		if seen[p] || p == h {
+			return true
+		}
+		seen[p] = true
+	}
+	return false
+}
+
+// build attaches h's children below it, at most maxHops in all (n counts
+// them); the rest are counted on r.
+func build(h *Hop, children map[*Hop][]*Hop, maxHops int, n *int, r *Request) {
+	*n++
+	for _, c := range children[h] {
+		if *n >= maxHops {
+			r.Truncated += count(c, children)
+			continue
+		}
+		h.Children = append(h.Children, c)
+		build(c, children, maxHops, n, r)
+	}
+}
+
+func count(h *Hop, children map[*Hop][]*Hop) int {
+	n := 1
+	for _, c := range children[h] {
+		n += count(c, children)
+	}
+	return n
+}
+
+func markMembers(h *Hop, m map[*record.Exchange]int, idx int) {
+	for _, e := range []*record.Exchange{h.Client, h.Server} {
+		if e != nil {
+			m[e] = idx
+		}
+	}
+	for _, c := range h.Children {
+		markMembers(c, m, idx)
+	}
+}
+
+func markLost(h *Hop, children map[*Hop][]*Hop, m map[*record.Exchange]int) {
+	for _, e := range []*record.Exchange{h.Client, h.Server} {
+		if e != nil {
+			m[e] = -1
+		}
+	}
+	for _, c := range children[h] {
+		markLost(c, children, m)
+	}
+}
+
+func firstSeq(e *record.Exchange) uint32 {
+	if e.Role == record.Requester {
+		return e.OutSeq
+	}
+	return e.InSeq
+}
+
+// endpoint names the service a root asked: its responder and port.
+func endpoint(h *Hop) string {
+	if h.Server != nil {
+		return fmt.Sprintf("%s:%d", name(h.Server), h.Server.Flow.Local.Port())
+	}
+	return h.To
+}

@@ -1,0 +1,251 @@
+package requests
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// The kernel's side of these rules (what Ctx and Served hold) is proven
+// on real servers in daemon/tracer (TestRequestLinks) and tests/apps
+// (TestRequestTrees); these tests hold the rules user space applies to
+// such records, case by case, with timelines written by hand.
+
+const ms = record.Mono(time.Millisecond)
+
+// base is where the tests' clock starts: a zero timestamp is a point
+// that did not happen.
+const base = 1000 * ms
+
+var nextCookie uint64 = 100
+
+// inbound is a responder's exchange in process pid, read by ctx: its
+// request arrives at r0 and its answer's last write returns at w1.
+func inbound(pid uint32, ctx uint64, r0, w1 record.Mono) *record.Exchange {
+	r0, w1 = r0+base, w1+base
+	nextCookie++
+	return &record.Exchange{Role: record.Responder, Cookie: nextCookie, InSeq: uint32(nextCookie * 7), Owner: record.Owner{PID: pid, Comm: "app"}, Ctx: ctx,
+		Timeline: record.Timeline{R0: r0, R1: r0, D1: r0 + ms/10, W0: w1 - ms/10, W1: w1}, Start: r0, End: w1, Duration: (w1 - r0).Sub(0),
+		Components: record.Components{Think: (w1 - r0 - ms/5).Sub(0)}, Flow: flowTo(8080)}
+}
+
+// outbound is a requester's exchange of process pid written by ctx,
+// from w0 to its answer read at d1, with the evidence served.
+func outbound(pid uint32, ctx uint64, w0, d1 record.Mono, served record.Served) *record.Exchange {
+	w0, d1 = w0+base, d1+base
+	nextCookie++
+	return &record.Exchange{Role: record.Requester, Cookie: nextCookie, OutSeq: 1, Owner: record.Owner{PID: pid, Comm: "app"}, Ctx: ctx, Served: served,
+		Timeline: record.Timeline{W0: w0, W1: w0, R0: d1, R1: d1, D1: d1}, Start: w0, End: d1, Duration: (d1 - w0).Sub(0), Flow: flowTo(5432)}
+}
+
+func flowTo(port uint16) record.Flow {
+	return record.Flow{Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), port)}
+}
+
+func read(r *record.Exchange, m record.LinkMethod) record.ServedRequest {
+	return record.ServedRequest{Cookie: r.Cookie, InSeq: r.InSeq, Method: m}
+}
+
+func linkOf(t *testing.T, exs []*record.Exchange, x *record.Exchange) (*record.Exchange, record.LinkMethod, verdict) {
+	t.Helper()
+	return newIndex(exs, nil).link(x)
+}
+
+// Two requests open at once in a thread-per-request server: each thread's
+// call belongs to the request it read, though both windows hold it.
+func TestLinkSameThread(t *testing.T) {
+	a := inbound(1, 11, 0, 10*ms)
+	b := inbound(1, 12, ms, 11*ms)
+	xa := outbound(1, 11, 2*ms, 3*ms, record.Served{Parent: read(a, record.LinkThread)})
+	xb := outbound(1, 12, 2*ms, 4*ms, record.Served{Parent: read(b, record.LinkThread), Prev: read(a, record.LinkThread)})
+	exs := []*record.Exchange{a, b, xa, xb}
+	if p, m, v := linkOf(t, exs, xa); p != a || m != record.LinkThread || v != linked {
+		t.Errorf("a's call: %v %q %v", p == a, m, v)
+	}
+	// b's thread read a before (Prev), but a's reader was another thread
+	// and b's window holds the call too: b read it last. Prev is only
+	// evidence where its request still holds the call: here both do.
+	if _, _, v := linkOf(t, exs, xb); v != ambiguous {
+		t.Errorf("b's call, its thread having read both open requests: %v, want ambiguous", v)
+	}
+}
+
+// An event loop reads two requests before it calls out: ambiguous.
+func TestLinkEventLoop(t *testing.T) {
+	a := inbound(1, 11, 0, 10*ms)
+	b := inbound(1, 11, ms, 11*ms)
+	x := outbound(1, 11, 2*ms, 3*ms, record.Served{Parent: read(b, record.LinkThread), Prev: read(a, record.LinkThread)})
+	if _, _, v := linkOf(t, []*record.Exchange{a, b, x}, x); v != ambiguous {
+		t.Errorf("%v, want ambiguous", v)
+	}
+}
+
+// A worker woken by the reader serves what it was handed; a thread that
+// read a request itself keeps it, whoever woke it since.
+func TestLinkHandoff(t *testing.T) {
+	a := inbound(1, 11, 0, 10*ms)
+	b := inbound(1, 11, ms, 11*ms)
+	w := outbound(1, 21, 2*ms, 3*ms, record.Served{Handoff: read(a, record.LinkHandoff)})
+	if p, m, v := linkOf(t, []*record.Exchange{a, b, w}, w); p != a || m != record.LinkHandoff || v != linked {
+		t.Errorf("worker: %v %q %v", p == a, m, v)
+	}
+	own := inbound(1, 31, 0, 10*ms)
+	x := outbound(1, 31, 2*ms, 3*ms, record.Served{Parent: read(own, record.LinkThread), Handoff: read(b, record.LinkHandoff)})
+	if p, m, v := linkOf(t, []*record.Exchange{own, b, x}, x); p != own || m != record.LinkThread || v != linked {
+		t.Errorf("reader woken since: %v %q %v", p == own, m, v)
+	}
+}
+
+// Without evidence: the only window holding the call, else ambiguous;
+// no window, a root. Evidence naming a request that holds nothing is
+// no licence to use the window.
+func TestLinkWindow(t *testing.T) {
+	a := inbound(1, 11, 0, 10*ms)
+	x := outbound(1, 0, 2*ms, 3*ms, record.Served{})
+	if p, m, v := linkOf(t, []*record.Exchange{a, x}, x); p != a || m != record.LinkWindow || v != linked {
+		t.Errorf("one window: %v %q %v", p == a, m, v)
+	}
+	b := inbound(1, 12, ms, 11*ms)
+	if _, _, v := linkOf(t, []*record.Exchange{a, b, x}, x); v != ambiguous {
+		t.Errorf("two windows: %v, want ambiguous", v)
+	}
+	late := outbound(1, 0, 20*ms, 21*ms, record.Served{})
+	if _, _, v := linkOf(t, []*record.Exchange{a, b, late}, late); v != root {
+		t.Errorf("no window: %v, want root", v)
+	}
+	other := outbound(2, 0, 2*ms, 3*ms, record.Served{})
+	if _, _, v := linkOf(t, []*record.Exchange{a, other}, other); v != root {
+		t.Errorf("another process's window: %v, want root", v)
+	}
+	old := inbound(1, 40, 0, ms)
+	stale := outbound(1, 40, 2*ms, 3*ms, record.Served{Parent: read(old, record.LinkThread)})
+	if _, _, v := linkOf(t, []*record.Exchange{old, a, stale}, stale); v != ambiguous {
+		t.Errorf("stale evidence beside one window: %v, want ambiguous", v)
+	}
+}
+
+// Evidence naming a request whose record has not come waits for it,
+// unless that request is in a tree made already.
+func TestLinkWaiting(t *testing.T) {
+	a := inbound(1, 11, 0, 10*ms)
+	x := outbound(1, 11, 2*ms, 3*ms, record.Served{Parent: read(a, record.LinkThread)})
+	if _, _, v := linkOf(t, []*record.Exchange{x}, x); v != waiting {
+		t.Errorf("%v, want waiting", v)
+	}
+	done := func(k reqKey) bool { return k == reqKey{a.Cookie, a.InSeq} }
+	if _, _, v := newIndex([]*record.Exchange{x}, done).link(x); v != root {
+		t.Errorf("parent in a tree already: %v, want root", v)
+	}
+}
+
+// paired makes the requester's end of r, in process pid (the two ends
+// name the exchange by the same sequence numbers).
+func paired(r *record.Exchange, pid uint32, comm string) *record.Exchange {
+	nextCookie++
+	r.ISNLocal, r.ISNRemote = uint32(nextCookie), uint32(nextCookie+1)
+	return &record.Exchange{Role: record.Requester, Cookie: nextCookie, Owner: record.Owner{PID: pid, Comm: comm},
+		ISNLocal: r.ISNRemote, ISNRemote: r.ISNLocal, OutSeq: r.InSeq,
+		Timeline: record.Timeline{W0: r.Start - ms/10, D1: r.End + ms/10}, Start: r.Start - ms/10, End: r.End + ms/10, Duration: (r.End - r.Start + ms/5).Sub(0)}
+}
+
+// A request with two sequential calls and two parallel ones: the tree, its
+// critical path, turns and the wait on children.
+func TestTree(t *testing.T) {
+	a := inbound(1, 11, 0, 20*ms)
+	client := paired(a, 9, "curl")
+	s := record.Served{Parent: read(a, record.LinkThread)}
+	c1 := outbound(1, 11, ms, 3*ms, s)
+	c2 := outbound(1, 11, 4*ms, 6*ms, s)
+	p1 := outbound(1, 11, 7*ms, 12*ms, s)
+	p2 := outbound(1, 11, 8*ms, 10*ms, s)
+	res := Assemble([]*record.Exchange{client, a, c1, c2, p1, p2}, 0, nil)
+	if len(res.Requests) != 1 {
+		t.Fatalf("%d requests, want 1", len(res.Requests))
+	}
+	r := res.Requests[0]
+	if r.Hops != 5 || r.Root.Client != client || r.Root.Server != a || r.Root.From != "curl" || r.Root.To != "app" {
+		t.Fatalf("tree: %d hops, root %s -> %s", r.Hops, r.Root.From, r.Root.To)
+	}
+	crit := map[*record.Exchange]bool{}
+	par := map[*record.Exchange]bool{}
+	for _, h := range r.Root.Children {
+		crit[h.Client], par[h.Client] = h.Critical, h.Parallel
+	}
+	if !crit[c1] || !crit[c2] || !crit[p1] || crit[p2] {
+		t.Errorf("critical: c1 %v c2 %v p1 %v p2 %v, want the sequential ones and the longer parallel one", crit[c1], crit[c2], crit[p1], crit[p2])
+	}
+	if par[c1] || par[c2] || !par[p1] || !par[p2] {
+		t.Errorf("parallel: c1 %v c2 %v p1 %v p2 %v", par[c1], par[c2], par[p1], par[p2])
+	}
+	if r.CriticalTurns != 8 || r.CriticalHops != 4 {
+		t.Errorf("critical path: %d turns, %d hops, want 8 and 4", r.CriticalTurns, r.CriticalHops)
+	}
+	// The children's union: 2 + 2 + 5 ms.
+	if r.Root.ChildWait != 9*time.Millisecond {
+		t.Errorf("wait on children %v, want 9ms", r.Root.ChildWait)
+	}
+	// Moving the app: the root's round trip and the three critical
+	// calls' (the parallel call's is hidden behind the longer one's).
+	if got := WhatIf(r, Move{Service: "app", Extra: 10 * time.Millisecond}); got.RoundTrips != 4 || got.Added != 40*time.Millisecond {
+		t.Errorf("what-if app +10ms: %+v", got)
+	}
+	if got := WhatIf(r, Move{Service: "curl", Extra: 10 * time.Millisecond}); got.RoundTrips != 1 || got.Duration != r.Duration+10*time.Millisecond {
+		t.Errorf("what-if curl +10ms: %+v", got)
+	}
+}
+
+// A batch job's thousands of calls: the tree keeps MaxHops, counts the rest.
+func TestTreeBounded(t *testing.T) {
+	a := inbound(1, 11, 0, 10000*ms)
+	exs := []*record.Exchange{a}
+	for i := range 3000 {
+		exs = append(exs, outbound(1, 11, record.Mono(i+1)*ms, record.Mono(i+1)*ms+ms/2, record.Served{Parent: read(a, record.LinkThread)}))
+	}
+	res := Assemble(exs, 100, nil)
+	if len(res.Requests) != 1 || res.Requests[0].Hops != 100 || res.Requests[0].Truncated != 2901 {
+		t.Fatalf("requests %d, hops %d, truncated %d; want 1, 100, 2901", len(res.Requests), res.Requests[0].Hops, res.Requests[0].Truncated)
+	}
+}
+
+// The Tracker makes a tree once its root has settled, and holds nothing
+// after; a long request's calls wait for it.
+func TestTrackerSettles(t *testing.T) {
+	tr := New(Config{Settle: time.Second})
+	a := inbound(1, 11, 0, 5000*ms)
+	x := outbound(1, 11, ms, 2*ms, record.Served{Parent: read(a, record.LinkThread)})
+	tr.Exchange(x)
+	tr.Pass(base+4000*ms, false)
+	if s := tr.Snapshot(false); s.Pending != 1 || s.Stats.Requests != 0 {
+		t.Fatalf("before its request's record: %+v", s)
+	}
+	tr.Exchange(a)
+	tr.Pass(base+5500*ms, false)
+	if s := tr.Snapshot(false); s.Stats.Requests != 0 {
+		t.Fatalf("before the settle: %+v", s)
+	}
+	tr.Pass(base+6500*ms, false)
+	s := tr.Snapshot(true)
+	if s.Pending != 0 || s.Stats.Requests != 1 || s.Stats.Linked[record.LinkThread] != 1 || len(s.Recent) != 1 || s.Recent[0].Hops != 2 {
+		t.Fatalf("after: %+v", s)
+	}
+	if _, err := tr.Request(s.Recent[0].ID); err != nil {
+		t.Error(err)
+	}
+	if _, err := tr.Request("nope"); err == nil {
+		t.Error("an unknown request id answered")
+	}
+}
+
+func TestParseMove(t *testing.T) {
+	m, err := ParseMove("postgres=+20ms")
+	if err != nil || m.Service != "postgres" || m.Extra != 20*time.Millisecond {
+		t.Errorf("%+v %v", m, err)
+	}
+	for _, bad := range []string{"postgres", "=+20ms", "postgres=+20", "postgres=fast"} {
+		if _, err := ParseMove(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,387 @@
+package requests
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// Config bounds a Tracker. Zero fields take the defaults.
+type Config struct {
+	// Settle is how long after a root ends its tree is made: its
+	// exchanges are written at their connection's next turn or after
+	// the tracer's idle write (half a second), and the hops under it
+	// ended before it did. Default 2 s.
+	Settle time.Duration
+	// MaxWait is how long an exchange waits for the record of the
+	// inbound request it served (a long request still being answered)
+	// before it is counted orphaned. Default 60 s.
+	MaxWait time.Duration
+	// MaxPending bounds the exchanges held while their trees form; more
+	// are dropped, oldest first, and counted. Default 100,000.
+	MaxPending int
+	// MaxHops bounds one request's tree (DefaultMaxHops).
+	MaxHops int
+	// Recent is how many finished requests are kept for the API, the
+	// slowest of each endpoint among them. Default 256.
+	Recent int
+	// MaxEndpoints and MaxEdges bound the statistics; beyond them new
+	// ones are counted apart (Stats.Unlisted). Default 1,024 each.
+	MaxEndpoints, MaxEdges int
+}
+
+func (c *Config) defaults() {
+	if c.Settle <= 0 {
+		c.Settle = 2 * time.Second
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = time.Minute
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 100_000
+	}
+	if c.MaxHops <= 0 {
+		c.MaxHops = DefaultMaxHops
+	}
+	if c.Recent <= 0 {
+		c.Recent = 256
+	}
+	if c.MaxEndpoints <= 0 {
+		c.MaxEndpoints = 1024
+	}
+	if c.MaxEdges <= 0 {
+		c.MaxEdges = 1024
+	}
+}
+
+// passEvery spaces the passes that make trees: each reads every held
+// exchange.
+const passEvery = 250 * time.Millisecond
+
+// Tracker makes request trees live: a record.Sink that holds exchanges
+// until their trees are complete, then keeps per endpoint and per service
+// edge what they showed, and the most recent requests. Safe for
+// concurrent use.
+type Tracker struct {
+	mu       sync.Mutex
+	cfg      Config
+	pending  []*record.Exchange
+	lastPass record.Mono
+	// done holds the inbound requests already in trees, until MaxWait
+	// after: evidence naming them is stale.
+	done      map[reqKey]record.Mono
+	recent    []*Request
+	endpoints map[string]*endpointStats
+	edges     map[edgeKey]*edgeStats
+	ambiguous map[Process]uint64
+	stats     Stats
+}
+
+// Process names a process by its command and pid.
+type Process struct {
+	PID  uint32 `json:"pid"`
+	Comm string `json:"comm"`
+}
+
+// Stats are the Tracker's counts.
+type Stats struct {
+	// Requests counts the trees made; Linked the hops linked under a
+	// parent, by method.
+	Requests uint64                       `json:"requests"`
+	Linked   map[record.LinkMethod]uint64 `json:"linked"`
+	// Ambiguous counts outbound exchanges more than one inbound exchange
+	// could own (and the hops under them); Orphaned those whose parent's
+	// record never came within MaxWait; Dropped those let go for the
+	// MaxPending bound; Truncated the hops beyond MaxHops.
+	Ambiguous uint64 `json:"ambiguous"`
+	Orphaned  uint64 `json:"orphaned"`
+	Dropped   uint64 `json:"dropped"`
+	Truncated uint64 `json:"truncated"`
+	// Unlisted counts requests whose endpoint or edge found the
+	// statistics full.
+	Unlisted uint64 `json:"unlisted"`
+}
+
+type endpointStats struct {
+	requests, hops, critTurns uint64
+	durations                 *ddsketch.DDSketch
+	dominant                  map[string]uint64
+}
+
+type edgeKey struct{ endpoint, from, to string }
+
+type edgeStats struct {
+	exchanges, turns uint64
+}
+
+// New makes a Tracker.
+func New(cfg Config) *Tracker {
+	cfg.defaults()
+	return &Tracker{cfg: cfg, done: map[reqKey]record.Mono{}, endpoints: map[string]*endpointStats{},
+		edges: map[edgeKey]*edgeStats{}, ambiguous: map[Process]uint64{}, stats: Stats{Linked: map[record.LinkMethod]uint64{}}}
+}
+
+// Exchange holds a copy of e (the tracer reuses e) until its tree forms.
+func (t *Tracker) Exchange(e *record.Exchange) {
+	if !linkable(e) {
+		return
+	}
+	x := *e
+	x.Diagnoses = nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) >= t.cfg.MaxPending {
+		n := len(t.pending) / 10
+		t.stats.Dropped += uint64(n)
+		t.pending = slices.Delete(t.pending, 0, n)
+	}
+	t.pending = append(t.pending, &x)
+}
+
+func (t *Tracker) ConnOpen(record.ConnOpen)   {}
+func (t *Tracker) ConnClose(record.ConnClose) {}
+
+// Flush makes the trees whose roots have settled, at most every passEvery.
+func (t *Tracker) Flush() { t.Pass(record.Now(), false) }
+
+// Pass makes the trees of the exchanges held: those whose roots ended
+// Settle before now, or all of them when all is set (at the end of a
+// recording, or a test's run).
+func (t *Tracker) Pass(now record.Mono, all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !all && now.Sub(t.lastPass) < passEvery {
+		return
+	}
+	t.lastPass = now
+	cutoff, stale := before(now, t.cfg.Settle), before(now, t.cfg.MaxWait)
+	if all {
+		cutoff, stale = ^record.Mono(0), ^record.Mono(0)
+	}
+	for k, at := range t.done {
+		if at < before(now, t.cfg.MaxWait) {
+			delete(t.done, k)
+		}
+	}
+	res := Assemble(t.pending, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok })
+	gone := map[*record.Exchange]bool{}
+	for i, r := range res.Requests {
+		if latest(r.Root) >= cutoff {
+			continue
+		}
+		t.finished(r, now)
+		for e, idx := range res.Members {
+			if idx == i {
+				gone[e] = true
+			}
+		}
+	}
+	for _, x := range res.Ambiguous {
+		if x.End < cutoff {
+			t.stats.Ambiguous++
+			t.ambiguous[Process{PID: x.Owner.PID, Comm: x.Owner.Comm}]++
+		}
+	}
+	for e, idx := range res.Members {
+		if idx == -1 && e.End < cutoff {
+			gone[e] = true
+		}
+	}
+	kept := t.pending[:0]
+	for _, e := range t.pending {
+		switch {
+		case gone[e]:
+		case e.End < stale:
+			t.stats.Orphaned++
+		default:
+			kept = append(kept, e)
+		}
+	}
+	clear(t.pending[len(kept):])
+	t.pending = kept
+}
+
+// before is d before now, or 0 (the clock's start).
+func before(now record.Mono, d time.Duration) record.Mono {
+	if now < record.Mono(d) {
+		return 0
+	}
+	return now - record.Mono(d)
+}
+
+// latest is the last end among a tree's exchanges.
+func latest(h *Hop) record.Mono {
+	m := h.End
+	for _, e := range []*record.Exchange{h.Client, h.Server} {
+		if e != nil {
+			m = max(m, e.End, e.Time)
+		}
+	}
+	for _, c := range h.Children {
+		m = max(m, latest(c))
+	}
+	return m
+}
+
+func (t *Tracker) finished(r *Request, now record.Mono) {
+	t.stats.Requests++
+	t.stats.Truncated += uint64(r.Truncated)
+	var walk func(h *Hop)
+	walk = func(h *Hop) {
+		if h.Link != "" {
+			t.stats.Linked[h.Link]++
+		}
+		if h.Server != nil {
+			t.done[reqKey{h.Server.Cookie, h.Server.InSeq}] = now
+		}
+		for _, c := range h.Children {
+			walk(c)
+		}
+	}
+	walk(r.Root)
+	ep := t.endpoints[r.Endpoint]
+	if ep == nil {
+		if len(t.endpoints) >= t.cfg.MaxEndpoints {
+			t.stats.Unlisted++
+			return
+		}
+		sk, _ := ddsketch.NewDefaultDDSketch(0.01)
+		ep = &endpointStats{durations: sk, dominant: map[string]uint64{}}
+		t.endpoints[r.Endpoint] = ep
+	}
+	ep.requests++
+	ep.hops += uint64(r.Hops)
+	ep.critTurns += uint64(r.CriticalTurns)
+	if r.Duration > 0 {
+		ep.durations.Add(float64(r.Duration))
+	}
+	if len(ep.dominant) < 64 {
+		ep.dominant[r.Dominant]++
+	}
+	for _, e := range r.Edges {
+		k := edgeKey{r.Endpoint, e.From, e.To}
+		s := t.edges[k]
+		if s == nil {
+			if len(t.edges) >= t.cfg.MaxEdges {
+				t.stats.Unlisted++
+				continue
+			}
+			s = &edgeStats{}
+			t.edges[k] = s
+		}
+		s.exchanges += uint64(e.Exchanges)
+		s.turns += uint64(e.Turns)
+	}
+	if len(t.recent) >= t.cfg.Recent {
+		t.recent = slices.Delete(t.recent, 0, 1)
+	}
+	t.recent = append(t.recent, r)
+}
+
+// EndpointRow is what the requests to one root endpoint showed.
+type EndpointRow struct {
+	Endpoint string `json:"endpoint"`
+	Requests uint64 `json:"requests"`
+	// ChildrenPerRequest and CriticalTurns are means per request.
+	ChildrenPerRequest float64       `json:"children_per_request"`
+	CriticalTurns      float64       `json:"critical_turns_per_request"`
+	P50                time.Duration `json:"p50_ns"`
+	P99                time.Duration `json:"p99_ns"`
+	// Dominant is the hop most often dominant on the critical path.
+	Dominant string `json:"dominant_hop"`
+}
+
+// EdgeRow is one service edge under one root endpoint: its exchanges and
+// turns per request to that endpoint.
+type EdgeRow struct {
+	Endpoint            string  `json:"endpoint"`
+	From                string  `json:"from"`
+	To                  string  `json:"to"`
+	ExchangesPerRequest float64 `json:"exchanges_per_request"`
+	TurnsPerRequest     float64 `json:"turns_per_request"`
+	Exchanges, Turns    uint64  `json:"-"`
+	RequestsOfEndpoint  uint64  `json:"requests"`
+}
+
+// AmbiguousRow counts one process's outbound exchanges left unlinked.
+type AmbiguousRow struct {
+	Process
+	Exchanges uint64 `json:"exchanges"`
+}
+
+// Snapshot is what a Tracker holds, for the API.
+type Snapshot struct {
+	Endpoints []EndpointRow  `json:"endpoints"`
+	Edges     []EdgeRow      `json:"edges"`
+	Ambiguous []AmbiguousRow `json:"ambiguous"`
+	Stats     Stats          `json:"stats"`
+	// Recent holds the most recent requests, oldest first.
+	Recent  []*Request `json:"recent,omitempty"`
+	Pending int        `json:"pending"`
+}
+
+// Snapshot returns the statistics, and the recent requests when trees is
+// set.
+func (t *Tracker) Snapshot(trees bool) Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Snapshot{Stats: t.stats, Pending: len(t.pending)}
+	s.Stats.Linked = maps.Clone(t.stats.Linked)
+	for name, ep := range t.endpoints {
+		row := EndpointRow{Endpoint: name, Requests: ep.requests}
+		if ep.requests > 0 {
+			row.ChildrenPerRequest = float64(ep.hops-ep.requests) / float64(ep.requests)
+			row.CriticalTurns = float64(ep.critTurns) / float64(ep.requests)
+		}
+		if q, err := ep.durations.GetValuesAtQuantiles([]float64{0.5, 0.99}); err == nil {
+			row.P50, row.P99 = time.Duration(q[0]), time.Duration(q[1])
+		}
+		var most uint64
+		for d, n := range ep.dominant {
+			if n > most || (n == most && d < row.Dominant) {
+				most, row.Dominant = n, d
+			}
+		}
+		s.Endpoints = append(s.Endpoints, row)
+	}
+	slices.SortFunc(s.Endpoints, func(a, b EndpointRow) int { return cmp.Compare(b.Requests, a.Requests) })
+	for k, e := range t.edges {
+		n := t.endpoints[k.endpoint].requests
+		row := EdgeRow{Endpoint: k.endpoint, From: k.from, To: k.to, Exchanges: e.exchanges, Turns: e.turns, RequestsOfEndpoint: n}
+		if n > 0 {
+			row.ExchangesPerRequest = float64(e.exchanges) / float64(n)
+			row.TurnsPerRequest = float64(e.turns) / float64(n)
+		}
+		s.Edges = append(s.Edges, row)
+	}
+	slices.SortFunc(s.Edges, func(a, b EdgeRow) int {
+		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(b.Turns, a.Turns), cmp.Compare(a.From+a.To, b.From+b.To))
+	})
+	for p, n := range t.ambiguous {
+		s.Ambiguous = append(s.Ambiguous, AmbiguousRow{Process: p, Exchanges: n})
+	}
+	slices.SortFunc(s.Ambiguous, func(a, b AmbiguousRow) int { return cmp.Compare(b.Exchanges, a.Exchanges) })
+	if trees {
+		s.Recent = slices.Clone(t.recent)
+	}
+	return s
+}
+
+// Request returns a recent request by its ID.
+func (t *Tracker) Request(id string) (*Request, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := len(t.recent) - 1; i >= 0; i-- {
+		if t.recent[i].ID == id {
+			return t.recent[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no recent request %q (the daemon keeps the last %d)", id, t.cfg.Recent)
+}
