@@ -21,7 +21,7 @@ import (
 func newDaemon() *cobra.Command {
 	var cfg daemon.Config
 	var ox otlp.Config
-	var otlpOn, http2Framing bool
+	var otlpOn, http2Framing, requestLinks bool
 	var ringMiB, maxProcs, memMiB int
 	var cleanup bool
 	var cpuProfile string
@@ -39,6 +39,7 @@ func newDaemon() *cobra.Command {
 			}
 			cfg.Tracer.RingBufferBytes = uint32(ringMiB) << 20
 			cfg.Tracer.NoHTTP2Framing = !http2Framing
+			cfg.Tracer.NoRequestLinks = !requestLinks
 			if memMiB < 0 || memMiB > 1<<20 || (memMiB > 0 && memMiB < 32) {
 				return usageError{fmt.Errorf("--memory-limit-mib %d: want 0 (the memory cgroup's limit) or 32 to 1048576 (1 TiB)", memMiB)}
 			}
@@ -81,6 +82,8 @@ func newDaemon() *cobra.Command {
 	f.StringVar(&cfg.OutputPath, "output-file", "-", "file for --output jsonl (- is stdout)")
 	f.DurationVar(&cfg.Tracer.DrainInterval, "drain-interval", 0, "how often to empty the ring buffer (default "+tracer.DefaultDrainInterval.String()+")")
 	f.DurationVar(&cfg.Tracer.IdleWrite, "idle-write", tracer.DefaultIdleWrite, "write a complete exchange once its connection has been quiet this long, not at its next turn (100ms..1m; negative: at the next turn or close only)")
+	f.BoolVar(&cfg.RequestTrees, "request-trees", false, "make request trees of the exchanges (lattrace requests, /v1/requests, OTLP request traces): each outbound exchange under the inbound one it served; off by default for its cost per exchange (BENCHMARKS.md)")
+	f.BoolVar(&requestLinks, "request-links", true, "gather the kernel's evidence of which inbound request each outbound exchange serves (the thread or goroutine that read it, a futex wake-up handing it on), for request trees; false leaves it ungathered and trees link by timing alone")
 	f.BoolVar(&http2Framing, "http2-framing", true, "read cleartext HTTP/2's connection preface and 9-byte frame headers (never header blocks or DATA) to count its frames per connection; false leaves those programs unattached")
 	f.StringSliceVar(&cfg.Tracer.NetnsDirs, "netns-dir", []string{"/run/netns"}, "directories of bound network namespaces the idle sweep visits, with those in /proc, where the kernel refuses iterators over socket storage")
 	f.IntVar(&ringMiB, "ring-buffer-mib", tracer.DefaultRingBufferBytes>>20, "size of the ring buffer records wait in for the daemon, in MiB (a power of two): 8 MiB holds about 24,000 records; raise it where bursts overflow it (lattrace_ringbuf_full_total)")

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lattrace/lattrace/daemon/api"
-	"github.com/lattrace/lattrace/daemon/requests"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -106,10 +105,10 @@ func writeRequests(w io.Writer, l api.RequestList, _ int) error {
 
 // WriteTree draws one request's tree, a hop a line: its services, its
 // span, and where its time went.
-func WriteTree(w io.Writer, r *requests.Request) {
+func WriteTree(w io.Writer, r *record.Request) {
 	fmt.Fprintf(w, "request %s to %s: %s, %d hops, %d turns on the critical path, dominant %s\n", r.ID, r.Endpoint, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant)
-	var walk func(h *requests.Hop, depth int)
-	walk = func(h *requests.Hop, depth int) {
+	var walk func(h *record.Hop, depth int)
+	walk = func(h *record.Hop, depth int) {
 		mark := " "
 		if h.Critical || depth == 0 {
 			mark = "*"

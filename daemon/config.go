@@ -17,6 +17,11 @@ type Config struct {
 	OutputPath string
 	Tracer     tracer.Options
 	Aggregate  aggregate.Config
+	// RequestTrees makes request trees of the exchanges (package
+	// requests): off by default, for what it costs per exchange
+	// (BENCHMARKS.md); the kernel's evidence is gathered either way
+	// (Tracer.NoRequestLinks).
+	RequestTrees bool
 	// OTLP, when set, exports spans and metrics to an OpenTelemetry backend.
 	OTLP *otlp.Config
 	// MetricsAddr is where /metrics is served for Prometheus; empty: off.

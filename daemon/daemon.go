@@ -286,8 +286,15 @@ func (d *Daemon) openTracer() error {
 	// garbage: hand it back now rather than when the scavenger gets to it,
 	// so the daemon's resident memory is what it uses to trace.
 	debug.FreeOSMemory()
-	d.requests = requests.New(requests.Config{})
-	outputs := []record.Sink{pipeline.Live(d.agg, d.hist), d.requests}
+	outputs := []record.Sink{pipeline.Live(d.agg, d.hist)}
+	if d.cfg.RequestTrees {
+		var reqCfg requests.Config
+		if d.otlp != nil {
+			reqCfg.OnRequest = d.otlp.Request
+		}
+		d.requests = requests.New(reqCfg)
+		outputs = append(outputs, d.requests)
+	}
 	for _, o := range d.durable {
 		outputs = append(outputs, tr.Resume(o.name, o.out))
 	}
@@ -306,7 +313,9 @@ func (d *Daemon) openAPI() error {
 	}
 	d.apiLs = ls
 	d.api = api.NewServer(d.agg, d.hist, d.health, d.inFlight, d.log)
-	d.api.SetRequests(d.requests)
+	if d.requests != nil {
+		d.api.SetRequests(d.requests)
+	}
 	d.closers = append(d.closers, func() {
 		d.api.Close()
 		// Listeners Serve never took are not closed by the server.

@@ -127,24 +127,26 @@ func (d *Daemon) serveHealth() {
 			c, _ := d.tracer.Counters()
 			return []float64{float64(c.H2Resynced), float64(c.H2ResyncLost)}
 		})
-	reqs := func(f func(requests.Stats) float64) func() float64 {
-		return func() float64 { return f(d.requests.Snapshot(false).Stats) }
+	if d.requests != nil {
+		reqs := func(f func(requests.Stats) float64) func() float64 {
+			return func() float64 { return f(d.requests.Snapshot(false).Stats) }
+		}
+		p.Counter("lattrace_requests_total", "request trees made: a root exchange and every exchange made on the node to answer it (lattrace requests)", reqs(func(s requests.Stats) float64 { return float64(s.Requests) }))
+		p.Counters("lattrace_request_hops_linked_total", "exchanges linked under the request they ran inside, by the evidence: thread (the writing thread read the request), goroutine (the same, a Go program's goroutine), handoff (the thread that read it woke the writer), go_parent (the goroutine that read it started the writer), window (no evidence; the only request of its process whose window held it)",
+			"method", linkMethods, func() []float64 {
+				s := d.requests.Snapshot(false).Stats
+				out := make([]float64, len(linkMethods))
+				for i, m := range linkMethods {
+					out[i] = float64(s.Linked[record.LinkMethod(m)])
+				}
+				return out
+			})
+		p.Counters("lattrace_request_hops_unlinked_total", "outbound exchanges left out of request trees, by reason: ambiguous (more than one inbound request of their process could own them; per process in lattrace requests), orphaned (the request they served never came), dropped (held exchanges over the bound), truncated (a tree over its bound of hops)",
+			"reason", []string{"ambiguous", "orphaned", "dropped", "truncated"}, func() []float64 {
+				s := d.requests.Snapshot(false).Stats
+				return []float64{float64(s.Ambiguous), float64(s.Orphaned), float64(s.Dropped), float64(s.Truncated)}
+			})
 	}
-	p.Counter("lattrace_requests_total", "request trees made: a root exchange and every exchange made on the node to answer it (lattrace requests)", reqs(func(s requests.Stats) float64 { return float64(s.Requests) }))
-	p.Counters("lattrace_request_hops_linked_total", "exchanges linked under the request they ran inside, by the evidence: thread (the writing thread read the request), goroutine (the same, a Go program's goroutine), handoff (the thread that read it woke the writer), go_parent (the goroutine that read it started the writer), window (no evidence; the only request of its process whose window held it)",
-		"method", linkMethods, func() []float64 {
-			s := d.requests.Snapshot(false).Stats
-			out := make([]float64, len(linkMethods))
-			for i, m := range linkMethods {
-				out[i] = float64(s.Linked[record.LinkMethod(m)])
-			}
-			return out
-		})
-	p.Counters("lattrace_request_hops_unlinked_total", "outbound exchanges left out of request trees, by reason: ambiguous (more than one inbound request of their process could own them; per process in lattrace requests), orphaned (the request they served never came), dropped (held exchanges over the bound), truncated (a tree over its bound of hops)",
-		"reason", []string{"ambiguous", "orphaned", "dropped", "truncated"}, func() []float64 {
-			s := d.requests.Snapshot(false).Stats
-			return []float64{float64(s.Ambiguous), float64(s.Orphaned), float64(s.Dropped), float64(s.Truncated)}
-		})
 	p.Counter("lattrace_request_links_lost_total", "outbound exchanges whose kernel evidence of the request they served could not be kept (its table full): linked by timing alone", kernel(func(c tracer.Counters) uint64 { return c.LinksLost }))
 	p.Counter("lattrace_listeners_lost_total", "listening sockets lattrace could not count (its table full): roles of connections open before it may be wrong in their namespace", kernel(func(c tracer.Counters) uint64 { return c.ListenersLost }))
 	p.Counter("lattrace_netns_unseeded_total", "network namespaces whose listening sockets could not be read at the start: roles of their connections open before lattrace are guessed", kernel(func(c tracer.Counters) uint64 { return c.NetnsUnseeded }))

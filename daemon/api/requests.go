@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/lattrace/lattrace/daemon/requests"
+	"github.com/lattrace/lattrace/record"
 )
 
 // RequestList is the answer of GET /v1/requests: per root endpoint, per
@@ -19,8 +20,8 @@ type RequestList struct {
 
 // RequestDetail is the answer of GET /v1/requests/{id}: one recent tree.
 type RequestDetail struct {
-	APIVersion string            `json:"api_version"`
-	Request    *requests.Request `json:"request"`
+	APIVersion string          `json:"api_version"`
+	Request    *record.Request `json:"request"`
 }
 
 // SetRequests serves t's request trees; without it the endpoints answer
@@ -29,7 +30,7 @@ func (s *Server) SetRequests(t *requests.Tracker) { s.requests = t }
 
 func (s *Server) getRequests(w http.ResponseWriter, r *http.Request) {
 	if s.requests == nil {
-		writeError(w, http.StatusNotFound, "this daemon makes no request trees")
+		writeError(w, http.StatusNotFound, "this daemon makes no request trees: start it with --request-trees")
 		return
 	}
 	trees := r.URL.Query().Get("trees")
@@ -42,7 +43,7 @@ func (s *Server) getRequests(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getRequest(w http.ResponseWriter, r *http.Request) {
 	if s.requests == nil {
-		writeError(w, http.StatusNotFound, "this daemon makes no request trees")
+		writeError(w, http.StatusNotFound, "this daemon makes no request trees: start it with --request-trees")
 		return
 	}
 	req, err := s.requests.Request(r.PathValue("id"))

@@ -13,7 +13,7 @@ const DefaultMaxHops = 1000
 
 // Result is what Assemble makes of a set of exchanges.
 type Result struct {
-	Requests []*Request
+	Requests []*record.Request
 	// Ambiguous holds the outbound exchanges more than one inbound
 	// exchange of their process could own; Waiting those whose parent's
 	// record has not come yet.
@@ -37,8 +37,8 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 	// Each exchange's hop: a requester's with its responder's half when
 	// the node holds it; a responder's alone when its requester is off
 	// the node.
-	hopOf := map[*record.Exchange]*Hop{}
-	var hops []*Hop
+	hopOf := map[*record.Exchange]*record.Hop{}
+	var hops []*record.Hop
 	paired := map[*record.Exchange]bool{}
 	for _, e := range exs {
 		if e.Role != record.Requester || !linkable(e) {
@@ -62,9 +62,9 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 	}
 	// Parents: an outbound exchange's hop hangs under the hop whose
 	// responder's half it ran inside.
-	parent := map[*Hop]*Hop{}
-	children := map[*Hop][]*Hop{}
-	lost := map[*Hop]verdict{} // ambiguous or waiting: not a root
+	parent := map[*record.Hop]*record.Hop{}
+	children := map[*record.Hop][]*record.Hop{}
+	lost := map[*record.Hop]verdict{} // ambiguous or waiting: not a root
 	for _, h := range hops {
 		if h.Client == nil {
 			continue
@@ -101,7 +101,7 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 		if rootUnder(h, parent) {
 			continue
 		}
-		r := &Request{Root: h}
+		r := &record.Request{Root: h}
 		n := 0
 		build(h, children, maxHops, &n, r)
 		finish(h)
@@ -114,7 +114,7 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 		r.Endpoint = endpoint(h)
 		res.Requests = append(res.Requests, r)
 	}
-	slices.SortFunc(res.Requests, func(a, b *Request) int { return int(int64(a.Root.Start) - int64(b.Root.Start)) })
+	slices.SortFunc(res.Requests, func(a, b *record.Request) int { return int(int64(a.Root.Start) - int64(b.Root.Start)) })
 	for i, r := range res.Requests {
 		markMembers(r.Root, res.Members, i)
 	}
@@ -128,8 +128,8 @@ func linkable(e *record.Exchange) bool { return !e.Push && !e.Unfinished }
 
 // rootUnder reports a cycle through h (two hops each inside the other's
 // window, which only malformed records make): such a hop is no root.
-func rootUnder(h *Hop, parent map[*Hop]*Hop) bool {
-	seen := map[*Hop]bool{}
+func rootUnder(h *record.Hop, parent map[*record.Hop]*record.Hop) bool {
+	seen := map[*record.Hop]bool{}
 	for p := parent[h]; p != nil; p = parent[p] {
 		if seen[p] || p == h {
 			return true
@@ -141,7 +141,7 @@ func rootUnder(h *Hop, parent map[*Hop]*Hop) bool {
 
 // build attaches h's children below it, at most maxHops in all (n counts
 // them); the rest are counted on r.
-func build(h *Hop, children map[*Hop][]*Hop, maxHops int, n *int, r *Request) {
+func build(h *record.Hop, children map[*record.Hop][]*record.Hop, maxHops int, n *int, r *record.Request) {
 	*n++
 	for _, c := range children[h] {
 		if *n >= maxHops {
@@ -153,7 +153,7 @@ func build(h *Hop, children map[*Hop][]*Hop, maxHops int, n *int, r *Request) {
 	}
 }
 
-func count(h *Hop, children map[*Hop][]*Hop) int {
+func count(h *record.Hop, children map[*record.Hop][]*record.Hop) int {
 	n := 1
 	for _, c := range children[h] {
 		n += count(c, children)
@@ -161,7 +161,7 @@ func count(h *Hop, children map[*Hop][]*Hop) int {
 	return n
 }
 
-func markMembers(h *Hop, m map[*record.Exchange]int, idx int) {
+func markMembers(h *record.Hop, m map[*record.Exchange]int, idx int) {
 	for _, e := range []*record.Exchange{h.Client, h.Server} {
 		if e != nil {
 			m[e] = idx
@@ -172,7 +172,7 @@ func markMembers(h *Hop, m map[*record.Exchange]int, idx int) {
 	}
 }
 
-func markLost(h *Hop, children map[*Hop][]*Hop, m map[*record.Exchange]int) {
+func markLost(h *record.Hop, children map[*record.Hop][]*record.Hop, m map[*record.Exchange]int) {
 	for _, e := range []*record.Exchange{h.Client, h.Server} {
 		if e != nil {
 			m[e] = -1
@@ -191,7 +191,7 @@ func firstSeq(e *record.Exchange) uint32 {
 }
 
 // endpoint names the service a root asked: its responder and port.
-func endpoint(h *Hop) string {
+func endpoint(h *record.Hop) string {
 	if h.Server != nil {
 		return fmt.Sprintf("%s:%d", name(h.Server), h.Server.Flow.Local.Port())
 	}

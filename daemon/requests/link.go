@@ -1,6 +1,9 @@
 package requests
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -96,6 +99,9 @@ type index struct {
 	// process.
 	inbound map[reqKey]*record.Exchange
 	byPID   map[uint32][]*record.Exchange
+	// longest is each process's longest window: a scan back from a call
+	// stops there.
+	longest map[uint32]record.Mono
 	// answered by request: the responder's half of an exchange whose
 	// requester's half is here too.
 	responders map[connKey]*record.Exchange
@@ -105,18 +111,57 @@ type index struct {
 }
 
 func newIndex(exs []*record.Exchange, done func(reqKey) bool) *index {
-	ix := &index{inbound: map[reqKey]*record.Exchange{}, byPID: map[uint32][]*record.Exchange{}, responders: map[connKey]*record.Exchange{}, done: done}
+	ix := &index{inbound: map[reqKey]*record.Exchange{}, byPID: map[uint32][]*record.Exchange{}, longest: map[uint32]record.Mono{},
+		responders: map[connKey]*record.Exchange{}, done: done}
 	for _, e := range exs {
 		if e.Role != record.Responder {
 			continue
 		}
 		ix.inbound[reqKey{e.Cookie, e.InSeq}] = e
 		ix.byPID[e.Owner.PID] = append(ix.byPID[e.Owner.PID], e)
+		if lo, hi := window(e); hi > lo {
+			ix.longest[e.Owner.PID] = max(ix.longest[e.Owner.PID], hi-lo)
+		}
 		if k := responderKey(e); pairable(k) {
 			ix.responders[k] = e
 		}
 	}
+	for _, rs := range ix.byPID {
+		slices.SortFunc(rs, func(a, b *record.Exchange) int {
+			alo, _ := window(a)
+			blo, _ := window(b)
+			return cmp.Compare(alo, blo)
+		})
+	}
 	return ix
+}
+
+// candidates are the inbound exchanges of x's process whose windows hold
+// x: those that opened before it did, back to the longest window's length
+// (the process's windows by their opening).
+func (ix *index) candidates(x *record.Exchange) []*record.Exchange {
+	rs := ix.byPID[x.Owner.PID]
+	lo, _ := childSpan(x)
+	i, _ := slices.BinarySearchFunc(rs, lo, func(r *record.Exchange, t record.Mono) int {
+		rlo, _ := window(r)
+		if rlo <= t {
+			return -1
+		}
+		return 1
+	})
+	var out []*record.Exchange
+	longest := ix.longest[x.Owner.PID]
+	for j := i - 1; j >= 0; j-- {
+		r := rs[j]
+		rlo, _ := window(r)
+		if rlo+longest < lo {
+			break
+		}
+		if r.Cookie != x.Cookie && contains(r, x) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // pair is the responder's half of requester x's exchange, when the node
@@ -141,12 +186,7 @@ func (ix *index) pair(x *record.Exchange) *record.Exchange {
 // several do; where the evidence names a request that does not hold x, x
 // is a root only if no inbound exchange of its process could own it.
 func (ix *index) link(x *record.Exchange) (*record.Exchange, record.LinkMethod, verdict) {
-	var cands []*record.Exchange
-	for _, r := range ix.byPID[x.Owner.PID] {
-		if r.Cookie != x.Cookie && contains(r, x) {
-			cands = append(cands, r)
-		}
-	}
+	cands := ix.candidates(x)
 	var found *record.Exchange
 	var method record.LinkMethod
 	n := 0

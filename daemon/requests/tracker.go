@@ -35,6 +35,9 @@ type Config struct {
 	// MaxEndpoints and MaxEdges bound the statistics; beyond them new
 	// ones are counted apart (Stats.Unlisted). Default 1,024 each.
 	MaxEndpoints, MaxEdges int
+	// OnRequest, if set, is given each finished request (the OTLP
+	// exporter's trace of it), outside the Tracker's lock.
+	OnRequest func(*record.Request)
 }
 
 func (c *Config) defaults() {
@@ -77,7 +80,7 @@ type Tracker struct {
 	// done holds the inbound requests already in trees, until MaxWait
 	// after: evidence naming them is stale.
 	done      map[reqKey]record.Mono
-	recent    []*Request
+	recent    []*record.Request
 	endpoints map[string]*endpointStats
 	edges     map[edgeKey]*edgeStats
 	ambiguous map[Process]uint64
@@ -155,10 +158,18 @@ func (t *Tracker) Flush() { t.Pass(record.Now(), false) }
 // Settle before now, or all of them when all is set (at the end of a
 // recording, or a test's run).
 func (t *Tracker) Pass(now record.Mono, all bool) {
+	for _, r := range t.pass(now, all) {
+		t.cfg.OnRequest(r)
+	}
+}
+
+// pass is Pass under the lock; it returns the requests finished, for
+// OnRequest.
+func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !all && now.Sub(t.lastPass) < passEvery {
-		return
+		return nil
 	}
 	t.lastPass = now
 	cutoff, stale := before(now, t.cfg.Settle), before(now, t.cfg.MaxWait)
@@ -171,16 +182,21 @@ func (t *Tracker) Pass(now record.Mono, all bool) {
 		}
 	}
 	res := Assemble(t.pending, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok })
-	gone := map[*record.Exchange]bool{}
+	ready := make([]bool, len(res.Requests))
 	for i, r := range res.Requests {
 		if latest(r.Root) >= cutoff {
 			continue
 		}
+		ready[i] = true
 		t.finished(r, now)
-		for e, idx := range res.Members {
-			if idx == i {
-				gone[e] = true
-			}
+		if t.cfg.OnRequest != nil {
+			finished = append(finished, r)
+		}
+	}
+	gone := map[*record.Exchange]bool{}
+	for e, idx := range res.Members {
+		if idx >= 0 && ready[idx] {
+			gone[e] = true
 		}
 	}
 	for _, x := range res.Ambiguous {
@@ -206,6 +222,7 @@ func (t *Tracker) Pass(now record.Mono, all bool) {
 	}
 	clear(t.pending[len(kept):])
 	t.pending = kept
+	return finished
 }
 
 // before is d before now, or 0 (the clock's start).
@@ -217,7 +234,7 @@ func before(now record.Mono, d time.Duration) record.Mono {
 }
 
 // latest is the last end among a tree's exchanges.
-func latest(h *Hop) record.Mono {
+func latest(h *record.Hop) record.Mono {
 	m := h.End
 	for _, e := range []*record.Exchange{h.Client, h.Server} {
 		if e != nil {
@@ -230,11 +247,11 @@ func latest(h *Hop) record.Mono {
 	return m
 }
 
-func (t *Tracker) finished(r *Request, now record.Mono) {
+func (t *Tracker) finished(r *record.Request, now record.Mono) {
 	t.stats.Requests++
 	t.stats.Truncated += uint64(r.Truncated)
-	var walk func(h *Hop)
-	walk = func(h *Hop) {
+	var walk func(h *record.Hop)
+	walk = func(h *record.Hop) {
 		if h.Link != "" {
 			t.stats.Linked[h.Link]++
 		}
@@ -323,8 +340,8 @@ type Snapshot struct {
 	Ambiguous []AmbiguousRow `json:"ambiguous"`
 	Stats     Stats          `json:"stats"`
 	// Recent holds the most recent requests, oldest first.
-	Recent  []*Request `json:"recent,omitempty"`
-	Pending int        `json:"pending"`
+	Recent  []*record.Request `json:"recent,omitempty"`
+	Pending int               `json:"pending"`
 }
 
 // Snapshot returns the statistics, and the recent requests when trees is
@@ -375,7 +392,7 @@ func (t *Tracker) Snapshot(trees bool) Snapshot {
 }
 
 // Request returns a recent request by its ID.
-func (t *Tracker) Request(id string) (*Request, error) {
+func (t *Tracker) Request(id string) (*record.Request, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := len(t.recent) - 1; i >= 0; i-- {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/lattrace/lattrace/record"
 )
 
 // Move is a what-if: a service moved so that every round trip between it
@@ -42,10 +44,10 @@ type Prediction struct {
 // handshake one more). Hops off the
 // critical path that would become critical are not counted: the
 // prediction is a lower bound where parallel branches cross the edge.
-func WhatIf(r *Request, m Move) Prediction {
+func WhatIf(r *record.Request, m Move) Prediction {
 	var rts float64
-	var walk func(h *Hop)
-	walk = func(h *Hop) {
+	var walk func(h *record.Hop)
+	walk = func(h *record.Hop) {
 		if (h.From == m.Service) != (h.To == m.Service) {
 			rts += float64(h.Turns) / 2
 			if h.Handshake {

@@ -35,6 +35,8 @@ type Exporter struct {
 	// in it (spanQueue.begin).
 	queue  *spanQueue
 	spanMu sync.Mutex
+	// sampled: the exchanges recently exported, whose request trees are.
+	sampled sampledKeys
 
 	exchanges                                     atomic.Uint64
 	spansQueued, spansExported, exchangesExported atomic.Uint64

@@ -78,11 +78,23 @@ const (
 	numPriorities
 )
 
-// group is one exchange's spans.
+// group is one exchange's spans, or one request tree's.
 type group struct {
 	spans []sdktrace.ReadOnlySpan
 	n     int // spans it has once all have ended
 	prio  priority
+	// exchanges is 1 for an exchange's group and 0 for a request tree's,
+	// which the exchange counts leave out (its spans count).
+	exchanges int
+}
+
+// exchangesIn counts the exchanges of groups.
+func exchangesIn(gs []*group) int {
+	n := 0
+	for _, g := range gs {
+		n += g.exchanges
+	}
+	return n
 }
 
 // dropReason says why an exchange was not exported; it is the reason label
@@ -133,7 +145,12 @@ func newSpanQueue(exp sdktrace.SpanExporter, cfg Config, events queueEvents) *sp
 // begin makes room for an exchange of n spans of priority p and opens its
 // group; false when it does not fit (larger than the queue, or everything
 // waiting ranks above it), which the caller counts.
-func (q *spanQueue) begin(n int, p priority) bool {
+func (q *spanQueue) begin(n int, p priority) bool { return q.beginGroup(n, p, 1) }
+
+// beginRequest is begin for a request tree's spans (Exporter.Request).
+func (q *spanQueue) beginRequest(n int, p priority) bool { return q.beginGroup(n, p, 0) }
+
+func (q *spanQueue) beginGroup(n int, p priority, exchanges int) bool {
 	if n > q.max {
 		return false
 	}
@@ -142,7 +159,7 @@ func (q *spanQueue) begin(n int, p priority) bool {
 	if !q.makeRoom(n, p) {
 		return false
 	}
-	g := &group{n: n, prio: p, spans: make([]sdktrace.ReadOnlySpan, 0, n)}
+	g := &group{n: n, prio: p, spans: make([]sdktrace.ReadOnlySpan, 0, n), exchanges: exchanges}
 	q.waiting[p] = append(q.waiting[p], g)
 	q.queued += n
 	q.open = g
@@ -181,7 +198,7 @@ func (q *spanQueue) makeRoom(n int, p priority) bool {
 		q.waiting[low] = q.waiting[low][1:]
 		q.queued -= g.n
 		q.complete -= g.n
-		q.events.dropped(dropQueueFull, 1, g.n)
+		q.events.dropped(dropQueueFull, g.exchanges, g.n)
 	}
 	return true
 }
@@ -236,7 +253,7 @@ func (q *spanQueue) take() []*group {
 	}
 	q.queued -= n
 	q.complete -= n
-	q.sending, q.sendingExchanges = n, len(out)
+	q.sending, q.sendingExchanges = n, exchangesIn(out)
 	return out
 }
 
@@ -271,9 +288,9 @@ func (q *spanQueue) settle(b []*group, exported bool, why dropReason) {
 	spans := q.sending
 	q.sending, q.sendingExchanges = 0, 0
 	if exported {
-		q.events.exported(len(b), spans)
+		q.events.exported(exchangesIn(b), spans)
 	} else {
-		q.events.dropped(why, len(b), spans)
+		q.events.dropped(why, exchangesIn(b), spans)
 	}
 }
 
@@ -283,7 +300,7 @@ func (q *spanQueue) depth() (exchanges, spans int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, w := range q.waiting {
-		exchanges += len(w)
+		exchanges += exchangesIn(w)
 	}
 	return exchanges + q.sendingExchanges, q.queued + q.sending
 }
@@ -382,7 +399,7 @@ func (q *spanQueue) dropWaiting(why dropReason) {
 	defer q.mu.Unlock()
 	for p := range q.waiting {
 		for _, g := range q.waiting[p] {
-			q.events.dropped(why, 1, g.n)
+			q.events.dropped(why, g.exchanges, g.n)
 		}
 		q.waiting[p] = nil
 	}

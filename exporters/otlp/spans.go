@@ -101,6 +101,7 @@ func (x *Exporter) spans(e *record.Exchange, p priority) {
 	}
 	ctx := context.Background()
 	if key, ok := exchangeKey(e); ok {
+		x.sampled.add(key)
 		tid, sid := key.ids()
 		if e.Role == record.Responder {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{

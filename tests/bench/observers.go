@@ -70,9 +70,16 @@ func startNothing(context.Context, *Env, Scope) (func() (string, error), error) 
 // own /sys/fs/bpf/lattrace.
 const BenchPinPath = "/sys/fs/bpf/lattrace-bench"
 
-func startLattrace(jsonl bool) func(context.Context, *Env, Scope) (func() (string, error), error) {
+// LattraceNoLinks is lattrace without the evidence of request trees
+// (bpf/request_links.bpf.h, --request-links=false), measured in the hook
+// phase only: beside lattrace's programs, what the evidence costs them.
+var LattraceNoLinks = Observer{Name: "lattrace -request-links",
+	What:  "lattrace as above without its request evidence (--request-links=false): beside it, what the evidence costs (hook phase only)",
+	Start: startLattrace(false, "--request-links=false")}
+
+func startLattrace(jsonl bool, args ...string) func(context.Context, *Env, Scope) (func() (string, error), error) {
 	return func(ctx context.Context, env *Env, _ Scope) (func() (string, error), error) {
-		d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, JSONL: jsonl, OTLP: env.OTLP, PinPath: BenchPinPath})
+		d, err := StartDaemon(DaemonConfig{Bin: env.Lattrace, Dir: env.Dir, JSONL: jsonl, OTLP: env.OTLP, PinPath: BenchPinPath, Args: args})
 		if err != nil {
 			return nil, err
 		}

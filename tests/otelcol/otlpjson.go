@@ -25,11 +25,18 @@ type Span struct {
 	EndUnixNano   uint64
 	Attributes    map[string]any
 	Events        []Event
+	Links         []Link
 	StatusCode    int // 0 unset, 1 ok, 2 error
 	StatusMessage string
 	Resource      map[string]any // resource attributes (service.name, ...)
 	Scope         string         // instrumentation scope name
 	ScopeVersion  string
+}
+
+// Link is a span link: another span, in this trace or another.
+type Link struct {
+	TraceID, SpanID string
+	Attributes      map[string]any
 }
 
 // Event is a span event.
@@ -178,6 +185,11 @@ func ReadSpans(path string) ([]Span, error) {
 							TimeUnixNano jUint       `json:"timeUnixNano"`
 							Attributes   []jKeyValue `json:"attributes"`
 						} `json:"events"`
+						Links []struct {
+							TraceID    string      `json:"traceId"`
+							SpanID     string      `json:"spanId"`
+							Attributes []jKeyValue `json:"attributes"`
+						} `json:"links"`
 						Status struct {
 							Code    jInt   `json:"code"`
 							Message string `json:"message"`
@@ -210,6 +222,9 @@ func ReadSpans(path string) ([]Span, error) {
 					}
 					for _, e := range s.Events {
 						sp.Events = append(sp.Events, Event{Name: e.Name, TimeUnixNano: uint64(e.TimeUnixNano), Attributes: attrs(e.Attributes)})
+					}
+					for _, l := range s.Links {
+						sp.Links = append(sp.Links, Link{TraceID: l.TraceID, SpanID: l.SpanID, Attributes: attrs(l.Attributes)})
 					}
 					spans = append(spans, sp)
 				}

@@ -218,7 +218,7 @@ func run(args []string) int {
 		}
 	}
 	if has("hooks") {
-		h, err := bench.MeasureHooks(ctx, env, self, append([]bench.Observer{bench.EmptyProgram}, pick(bench.Observers(), p.hookTools)...), p.duration, logf)
+		h, err := bench.MeasureHooks(ctx, env, self, append([]bench.Observer{bench.EmptyProgram}, append(pick(bench.Observers(), p.hookTools), bench.LattraceNoLinks)...), p.duration, logf)
 		if err != nil {
 			failed("hooks", err)
 		}

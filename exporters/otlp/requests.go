@@ -1,0 +1,153 @@
+package otlp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lattrace/lattrace/record"
+)
+
+// Span names of a request tree's trace (Exporter.Request).
+const (
+	// HopSpanName is each hop's span, the root hop's included, nested as
+	// the hops are.
+	HopSpanName = "request hop"
+)
+
+// sampledKeys remembers the exchanges recently exported as spans, so that a
+// request tree is exported when its root exchange was: the trees cost no
+// more spans than the sample already chose, and every tree exported has
+// its root's own trace to link to.
+type sampledKeys struct {
+	mu   sync.Mutex
+	set  map[key]struct{}
+	ring []key
+	next int
+}
+
+const sampledKeysMax = 1 << 16
+
+func (s *sampledKeys) add(k key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set, s.ring = map[key]struct{}{}, make([]key, sampledKeysMax)
+	}
+	if _, ok := s.set[k]; ok {
+		return
+	}
+	delete(s.set, s.ring[s.next])
+	s.ring[s.next] = k
+	s.next = (s.next + 1) % sampledKeysMax
+	s.set[k] = struct{}{}
+}
+
+func (s *sampledKeys) has(k key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.set[k]
+	return ok
+}
+
+// hopKey names a hop's exchange at both ends.
+func hopKey(h *record.Hop) (key, bool) {
+	if h.Client != nil {
+		return exchangeKey(h.Client)
+	}
+	if h.Server != nil {
+		return exchangeKey(h.Server)
+	}
+	return key{}, false
+}
+
+// requestIDs are the trace and root span IDs of the request tree whose root
+// hop is the exchange k. A node that holds only the requester's end of that
+// exchange (its tree's leaf: the server is on another node) derives the
+// same IDs, and links to the other node's tree with them.
+func (k key) requestIDs() (trace.TraceID, trace.SpanID) {
+	var b [12]byte
+	binary.BigEndian.PutUint32(b[0:], k.clientISN)
+	binary.BigEndian.PutUint32(b[4:], k.serverISN)
+	binary.BigEndian.PutUint32(b[8:], k.reqSeq)
+	th := sha256.Sum256(append([]byte("lattrace/request\x00"), b[:]...))
+	sh := sha256.Sum256(append([]byte("lattrace/request-span\x00"), b[:]...))
+	var tid trace.TraceID
+	var sid trace.SpanID
+	copy(tid[:], th[:])
+	copy(sid[:], sh[:])
+	tid[15] |= 1
+	sid[7] |= 1
+	return tid, sid
+}
+
+// Request exports a request tree (daemon/requests) as a trace of its own,
+// when its root exchange was exported as spans: a span per hop, nested as
+// the hops are, each with its network, transport and think time and the
+// part of that spent waiting on its children. Each hop's span links to its
+// exchange's own trace (both ends, with their stages). A hop whose server
+// is on another node also links to the tree that node makes of it, and a
+// root whose client is on another node is that tree: both derive its IDs
+// from the exchange (requestIDs).
+func (x *Exporter) Request(r *record.Request) {
+	if x.tracer == nil || r.Root == nil {
+		return
+	}
+	rk, ok := hopKey(r.Root)
+	if !ok || !x.sampled.has(rk) {
+		return
+	}
+	n := r.Hops
+	x.spanMu.Lock()
+	defer x.spanMu.Unlock()
+	x.spansQueued.Add(uint64(n))
+	if !x.queue.beginRequest(n, prioSlow) {
+		x.spansDropped[dropQueueFull].Add(uint64(n))
+		return
+	}
+	off := x.clock.offset(r.Root.End)
+	wall := func(m record.Mono) time.Time { return time.Unix(0, int64(m)+off) }
+	tid, sid := rk.requestIDs()
+	ctx := context.WithValue(context.Background(), idKey{}, forcedIDs{tid, sid})
+	x.hopSpan(ctx, r.Root, wall, attribute.String("lattrace.request.id", r.ID), attribute.String("lattrace.request.endpoint", r.Endpoint),
+		attribute.Int("lattrace.request.hops", r.Hops), attribute.Int("lattrace.request.truncated", r.Truncated),
+		attribute.Int("lattrace.request.critical_turns", int(r.CriticalTurns)), attribute.String("lattrace.request.dominant_hop", r.Dominant))
+}
+
+// hopSpan exports h and, under it, its children.
+func (x *Exporter) hopSpan(ctx context.Context, h *record.Hop, wall func(record.Mono) time.Time, extra ...attribute.KeyValue) {
+	var links []trace.Link
+	if k, ok := hopKey(h); ok {
+		t, s := k.ids()
+		links = append(links, trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: t, SpanID: s, TraceFlags: trace.FlagsSampled, Remote: true}),
+			Attributes: []attribute.KeyValue{attribute.String("lattrace.link", "exchange")}})
+		if h.Server == nil && h.Client != nil {
+			t, s := k.requestIDs()
+			links = append(links, trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: t, SpanID: s, TraceFlags: trace.FlagsSampled, Remote: true}),
+				Attributes: []attribute.KeyValue{attribute.String("lattrace.link", "request_on_server_node")}})
+		}
+	}
+	attrs := append([]attribute.KeyValue{
+		attribute.String("lattrace.hop.from", h.From), attribute.String("lattrace.hop.to", h.To),
+		attribute.Int64("lattrace.hop.network_ns", int64(h.Network)), attribute.Int64("lattrace.hop.transport_ns", int64(h.Transport)),
+		attribute.Int64("lattrace.hop.think_ns", int64(h.Think)), attribute.Int64("lattrace.hop.child_wait_ns", int64(h.ChildWait)),
+		attribute.Int("lattrace.hop.turns", int(h.Turns)), attribute.Int("lattrace.hop.critical_turns", int(h.CriticalTurns)),
+		attribute.Bool("lattrace.hop.critical", h.Critical), attribute.Bool("lattrace.hop.parallel", h.Parallel),
+	}, extra...)
+	if h.Link != "" {
+		attrs = append(attrs, attribute.String("lattrace.hop.link", string(h.Link)))
+	}
+	cctx, span := x.tracer.Start(ctx, HopSpanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(wall(h.Start)),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
+	// The children's IDs are the SDK's own: only the root's are forced.
+	cctx = trace.ContextWithSpan(context.Background(), trace.SpanFromContext(cctx))
+	for _, c := range h.Children {
+		x.hopSpan(cctx, c, wall)
+	}
+	span.End(trace.WithTimestamp(wall(h.End)))
+}
