@@ -150,25 +150,38 @@ static __always_inline void served_set(struct serving *c, __u64 cookie, __u32 in
 	c->handed = 0;
 }
 
+/* Names the current execution context as st's exchange's (ctx): a
+ * goroutine of a followed Go program (true, key and parent set), else the
+ * thread. */
+static __always_inline bool note_ctx(struct lt_sock *st, struct go_key *key, __u64 *parent)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (current_goroutine(id >> 32, key, parent)) {
+		st->cur.ctx = LT_CTX_GOROUTINE | key->goid;
+		return true;
+	}
+	st->cur.ctx = (__u32)id;
+	return false;
+}
+
 /* The current thread (or, in a followed Go program, goroutine) read bytes
  * of the inbound request that st's responder exchange is receiving: it
  * serves that request. */
 static __always_inline void links_request_read(struct lt_sock *st)
 {
-	__u64 id = bpf_get_current_pid_tgid(), parent;
 	struct serving *c;
 	struct go_key key;
+	__u64 parent;
 
 	if (cfg.no_links)
 		return;
-	if (current_goroutine(id >> 32, &key, &parent)) {
-		st->cur.ctx = LT_CTX_GOROUTINE | key.goid;
+	if (note_ctx(st, &key, &parent)) {
 		c = goroutine_serving(&key);
 		if (c)
 			served_set(c, st->cookie, st->in_seq_start, LT_LINK_GOROUTINE);
 		return;
 	}
-	st->cur.ctx = (__u32)id;
 	c = bpf_task_storage_get(&served_by_thread, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (c)
 		served_set(c, st->cookie, st->in_seq_start, LT_LINK_THREAD);
@@ -180,15 +193,14 @@ static __always_inline void links_request_read(struct lt_sock *st)
  * request's handler starting goroutines for its calls). */
 static __always_inline void links_request_written(struct lt_sock *st)
 {
-	__u64 id = bpf_get_current_pid_tgid(), parent;
 	struct sock_link l = {};
 	struct serving *c;
 	struct go_key key;
+	__u64 parent;
 
 	if (cfg.no_links)
 		return;
-	if (current_goroutine(id >> 32, &key, &parent)) {
-		st->cur.ctx = LT_CTX_GOROUTINE | key.goid;
+	if (note_ctx(st, &key, &parent)) {
 		c = bpf_map_lookup_elem(&served_by_goroutine, &key);
 		if (c && c->cur.cookie) {
 			l.link.parent = c->cur;
@@ -204,7 +216,6 @@ static __always_inline void links_request_written(struct lt_sock *st)
 			return;
 		}
 	} else {
-		st->cur.ctx = (__u32)id;
 		c = bpf_task_storage_get(&served_by_thread, bpf_get_current_task_btf(), 0, 0);
 		if (!c || !(c->cur.cookie | c->handoff.cookie))
 			return;

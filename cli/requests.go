@@ -63,44 +63,55 @@ one request's tree, each hop's network, transport and think time.`,
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
 
 func writeRequests(w io.Writer, l api.RequestList, _ int) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tREQUESTS\tCHILDREN/REQ\tCRIT TURNS/REQ\tP50\tP99\tDOMINANT HOP")
+	var rows [][]any
 	for _, e := range l.Endpoints {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%s\t%s\t%s\n", e.Endpoint, e.Requests, e.ChildrenPerRequest, e.CriticalTurns, ms(e.P50), ms(e.P99), e.Dominant)
+		rows = append(rows, []any{e.Endpoint, e.Requests, fmt.Sprintf("%.1f", e.ChildrenPerRequest), fmt.Sprintf("%.1f", e.CriticalTurns), ms(e.P50), ms(e.P99), e.Dominant})
 	}
-	tw.Flush()
-	if len(l.Edges) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ENDPOINT\tEDGE\tEXCHANGES/REQ\tTURNS/REQ")
-		for _, e := range l.Edges {
-			fmt.Fprintf(tw, "%s\t%s -> %s\t%.1f\t%.1f\n", e.Endpoint, e.From, e.To, e.ExchangesPerRequest, e.TurnsPerRequest)
-		}
-		tw.Flush()
+	table(w, "ENDPOINT\tREQUESTS\tCHILDREN/REQ\tCRIT TURNS/REQ\tP50\tP99\tDOMINANT HOP", rows, true)
+	rows = nil
+	for _, e := range l.Edges {
+		rows = append(rows, []any{e.Endpoint, e.From + " -> " + e.To, fmt.Sprintf("%.1f", e.ExchangesPerRequest), fmt.Sprintf("%.1f", e.TurnsPerRequest)})
 	}
-	if len(l.Ambiguous) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROCESS\tPID\tAMBIGUOUS EXCHANGES")
-		for _, a := range l.Ambiguous {
-			fmt.Fprintf(tw, "%s\t%d\t%d\n", a.Comm, a.PID, a.Exchanges)
-		}
-		tw.Flush()
+	table(w, "ENDPOINT\tEDGE\tEXCHANGES/REQ\tTURNS/REQ", rows, false)
+	rows = nil
+	for _, a := range l.Ambiguous {
+		rows = append(rows, []any{a.Comm, a.PID, a.Exchanges})
 	}
-	if len(l.Recent) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tENDPOINT\tDURATION\tHOPS\tCRIT TURNS\tDOMINANT HOP")
-		for _, r := range l.Recent {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Endpoint, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant)
-		}
-		tw.Flush()
+	table(w, "PROCESS\tPID\tAMBIGUOUS EXCHANGES", rows, false)
+	rows = nil
+	for _, r := range l.Recent {
+		rows = append(rows, []any{r.ID, r.Endpoint, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant})
 	}
+	table(w, "ID\tENDPOINT\tDURATION\tHOPS\tCRIT TURNS\tDOMINANT HOP", rows, false)
 	s := l.Stats
 	fmt.Fprintf(w, "\n%d requests; hops linked: %d by thread, %d by goroutine, %d by hand-off, %d by parent goroutine, %d by window; unlinked: %d ambiguous, %d orphaned, %d dropped, %d truncated\n",
 		s.Requests, s.Linked[record.LinkThread], s.Linked[record.LinkGoroutine], s.Linked[record.LinkHandoff], s.Linked[record.LinkGoParent], s.Linked[record.LinkWindow],
 		s.Ambiguous, s.Orphaned, s.Dropped, s.Truncated)
 	return nil
+}
+
+// table writes a header and its rows, tab-separated cells aligned; an
+// empty table is left out, unless always, after a blank line when it is
+// not the first.
+func table(w io.Writer, header string, rows [][]any, always bool) {
+	if len(rows) == 0 && !always {
+		return
+	}
+	if !always {
+		fmt.Fprintln(w)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		for i, c := range r {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			fmt.Fprint(tw, c)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 // WriteTree draws one request's tree, a hop a line: its services, its

@@ -249,3 +249,24 @@ func TestParseMove(t *testing.T) {
 		}
 	}
 }
+
+// A long request's calls wait for it no longer than MaxWait, then count
+// orphaned; more exchanges than MaxPending drop the oldest, counted: the
+// Tracker's memory is bounded however long an inbound stream stays open.
+func TestTrackerBounded(t *testing.T) {
+	tr := New(Config{Settle: time.Second, MaxWait: 10 * time.Second, MaxPending: 100})
+	stream := inbound(1, 11, 0, 3600000*ms) // an hour-long inbound stream, its record not come
+	for i := range 250 {
+		at := record.Mono(i) * 10 * ms
+		tr.Exchange(outbound(1, 11, at, at+ms, record.Served{Parent: read(stream, record.LinkThread)}))
+	}
+	s := tr.Snapshot(false)
+	if s.Pending > 100 || s.Stats.Dropped != 150 {
+		t.Errorf("held %d, dropped %d: want at most 100 held and the other 150 counted", s.Pending, s.Stats.Dropped)
+	}
+	tr.Pass(base+20000*ms, false)
+	s = tr.Snapshot(false)
+	if s.Pending != 0 || s.Stats.Orphaned != 100 || s.Stats.Requests != 0 {
+		t.Errorf("after MaxWait: %+v; want the 100 held counted orphaned", s)
+	}
+}

@@ -16,9 +16,9 @@ import (
 	"github.com/lattrace/lattrace/record"
 )
 
-// backendServer answers every connection's 50-byte requests with 60 bytes
-// after think.
-func backendServer(t *testing.T, think time.Duration) string {
+// serveEach listens on loopback and serves each connection with handle, on
+// a goroutine of its own, until the test ends.
+func serveEach(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,20 +33,28 @@ func backendServer(t *testing.T, think time.Duration) string {
 			}
 			go func() {
 				defer c.Close()
-				in := make([]byte, 50)
-				for {
-					if _, err := io.ReadFull(c, in); err != nil {
-						return
-					}
-					time.Sleep(think)
-					if _, err := c.Write(make([]byte, 60)); err != nil {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// backendServer answers every connection's 50-byte requests with 60 bytes
+// after think.
+func backendServer(t *testing.T, think time.Duration) string {
+	return serveEach(t, func(c net.Conn) {
+		in := make([]byte, 50)
+		for {
+			if _, err := io.ReadFull(c, in); err != nil {
+				return
+			}
+			time.Sleep(think)
+			if _, err := c.Write(make([]byte, 60)); err != nil {
+				return
+			}
+		}
+	})
 }
 
 // frontServer is a thread-per-connection server: each connection's
@@ -54,49 +62,33 @@ func backendServer(t *testing.T, think time.Duration) string {
 // makes calls round trips to backend on a connection of its own, and
 // answers. Each handler reports its thread id on tids.
 func frontServer(t *testing.T, backend string, calls, req, resp int, tids chan<- int) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveEach(t, func(c net.Conn) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		b, err := net.Dial("tcp", backend)
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		in, out := make([]byte, req), make([]byte, resp)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := io.ReadFull(c, in); err != nil {
 				return
 			}
-			go func() {
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				defer c.Close()
-				tids <- unix.Gettid()
-				b, err := net.Dial("tcp", backend)
-				if err != nil {
+			for range calls {
+				if _, err := b.Write(make([]byte, 50)); err != nil {
 					return
 				}
-				defer b.Close()
-				in, out := make([]byte, req), make([]byte, resp)
-				for {
-					if _, err := io.ReadFull(c, in); err != nil {
-						return
-					}
-					for range calls {
-						if _, err := b.Write(make([]byte, 50)); err != nil {
-							return
-						}
-						if _, err := io.ReadFull(b, make([]byte, 60)); err != nil {
-							return
-						}
-					}
-					if _, err := c.Write(out); err != nil {
-						return
-					}
+				if _, err := io.ReadFull(b, make([]byte, 60)); err != nil {
+					return
 				}
-			}()
+			}
+			if _, err := c.Write(out); err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestRequestLinks: two clients at once ask a thread-per-connection

@@ -2,8 +2,6 @@ package otlp
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"sync"
 	"time"
 
@@ -71,19 +69,7 @@ func hopKey(h *record.Hop) (key, bool) {
 // exchange (its tree's leaf: the server is on another node) derives the
 // same IDs, and links to the other node's tree with them.
 func (k key) requestIDs() (trace.TraceID, trace.SpanID) {
-	var b [12]byte
-	binary.BigEndian.PutUint32(b[0:], k.clientISN)
-	binary.BigEndian.PutUint32(b[4:], k.serverISN)
-	binary.BigEndian.PutUint32(b[8:], k.reqSeq)
-	th := sha256.Sum256(append([]byte("lattrace/request\x00"), b[:]...))
-	sh := sha256.Sum256(append([]byte("lattrace/request-span\x00"), b[:]...))
-	var tid trace.TraceID
-	var sid trace.SpanID
-	copy(tid[:], th[:])
-	copy(sid[:], sh[:])
-	tid[15] |= 1
-	sid[7] |= 1
-	return tid, sid
+	return k.derive("lattrace/request\x00", "lattrace/request-span\x00")
 }
 
 // Request exports a request tree (daemon/requests) as a trace of its own,

@@ -314,12 +314,19 @@ func (k key) hash() uint64 {
 
 // ids derives the trace ID and the requester's exchange span ID.
 func (k key) ids() (trace.TraceID, trace.SpanID) {
+	return k.derive("lattrace/trace\x00", "lattrace/span\x00")
+}
+
+// derive makes a trace ID and a span ID of the key, each the SHA-256 of a
+// prefix and the key: two nodes that see the same exchange derive the
+// same IDs.
+func (k key) derive(tracePrefix, spanPrefix string) (trace.TraceID, trace.SpanID) {
 	var b [12]byte
 	binary.BigEndian.PutUint32(b[0:], k.clientISN)
 	binary.BigEndian.PutUint32(b[4:], k.serverISN)
 	binary.BigEndian.PutUint32(b[8:], k.reqSeq)
-	th := sha256.Sum256(append([]byte("lattrace/trace\x00"), b[:]...))
-	sh := sha256.Sum256(append([]byte("lattrace/span\x00"), b[:]...))
+	th := sha256.Sum256(append([]byte(tracePrefix), b[:]...))
+	sh := sha256.Sum256(append([]byte(spanPrefix), b[:]...))
 	var tid trace.TraceID
 	var sid trace.SpanID
 	copy(tid[:], th[:])
