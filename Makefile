@@ -16,11 +16,11 @@ TEST_PKGS := chromium
 # The servers and clients of the real-application suite (tests/apps). The
 # tests start them in lab namespaces: installing them must not start them
 # as services, so a policy-rc.d refuses that for the time of the install.
-APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-client postgresql mariadb-server mariadb-client curl
+APP_PKGS := nginx-light wrk redis-server redis-tools nghttp2-server nghttp2-client postgresql mariadb-server mariadb-client curl python3-psycopg2 python3-redis
 
 GENERATED := daemon/tracer/lattrace_bpfel.go daemon/tracer/lattrace_bpfel.o
 
-.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test soak lint clean otelcol gateway jaeger prometheus kubeapi grpcapp image helm manifests bench bench-quick bench-tools pgo
+.PHONY: all setup browser apps kernels mounts generate check-generate vmlinux build run test soak lint clean otelcol gateway jaeger prometheus kubeapi grpcapp goreqapp image helm manifests bench bench-quick bench-tools pgo
 
 all: build
 
@@ -142,6 +142,11 @@ kubeapi:
 grpcapp:
 	@tests/grpcapp/build.sh >/dev/null
 
+# The Go application of tests/apps TestRequestTreesGo (net/http, lib/pq,
+# go-redis), built the same way (tests/goreqapp; cold: ~15 s on 2 cores).
+goreqapp:
+	@tests/goreqapp/build.sh >/dev/null
+
 # Packages run one at a time (-p 1): the network lab's timing tests must not
 # share the two vCPUs with another package's traffic. gotestsum runs them and
 # keeps their events; tests/reruns then reads them: a failed test runs once
@@ -156,7 +161,7 @@ $(GOTESTSUM):
 	@mkdir -p bin && GOBIN=$(CURDIR)/bin/.gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION) \
 		&& mv bin/.gotestsum/gotestsum $@ && rmdir bin/.gotestsum
 
-test: setup browser apps kernels mounts check-generate lint build otelcol gateway jaeger prometheus kubeapi grpcapp helm $(GOTESTSUM)
+test: setup browser apps kernels mounts check-generate lint build otelcol gateway jaeger prometheus kubeapi grpcapp goreqapp helm $(GOTESTSUM)
 	@$(GO) build -o bin/reruns ./tests/reruns && rm -f bin/test-events.json
 	@status=0; $(GOTESTSUM) --format standard-quiet --jsonfile bin/test-events.json --packages ./... -- -count=1 -p 1 -timeout 45m || status=$$?; \
 	bin/reruns -list .ci/reruns.txt -events bin/test-events.json -status $$status -timeout 45m

@@ -224,6 +224,11 @@ struct lt_go_offsets {
 	__u32 parent_goid;
 };
 
+/* lt_go_offsets.goid of a Go program whose goroutines cannot be followed
+ * (another architecture, a Go before 1.21): no evidence is gathered in it,
+ * its threads running any goroutine. */
+#define LT_GO_UNFOLLOWED 0xffffffffU
+
 struct lt_link {
 	/* The inbound request the writing thread read last (cookie 0: none)
 	 * and the one it read before. */

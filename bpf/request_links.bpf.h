@@ -70,41 +70,50 @@ struct {
 	__type(value, struct serving);
 } served_by_goroutine SEC(".maps");
 
+/* What the current thread runs, for the evidence. */
+enum ctx_kind {
+	CTX_THREAD = 0,    /* not a Go program: the thread is the context */
+	CTX_GOROUTINE = 1, /* a followed Go program's goroutine (key, parent) */
+	/* A Go program whose goroutine cannot be read (a system call from C,
+	 * a binary lattrace cannot follow): its threads run any goroutine,
+	 * so they are no evidence, and none is gathered. */
+	CTX_NONE = 2,
+};
+
 /* The goroutine the current thread runs, in a followed Go program: its
  * id and its parent's. In the register ABI (Go 1.17 and later) R14 holds
  * the running goroutine's g in Go code and across its system calls, which
- * the kernel saved at the call's entry. A system call made from C in a Go
- * program (cgo) has no g there: its reads fail or give a goid no Go
- * system call gives, and user space finds no window that holds such a
- * call's exchange under the wrong request, or counts it ambiguous. */
-static __always_inline bool current_goroutine(__u32 tgid, struct go_key *key, __u64 *parent)
+ * the kernel saved at the call's entry. */
+static __always_inline enum ctx_kind current_goroutine(__u32 tgid, struct go_key *key, __u64 *parent)
 {
 	struct lt_go_offsets *off = bpf_map_lookup_elem(&go_procs, &tgid);
 	struct pt_regs *regs;
 	__u64 g;
 
 	if (!off)
-		return false;
+		return CTX_THREAD;
+	if (off->goid == LT_GO_UNFOLLOWED)
+		return CTX_NONE;
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
-		return false;
+		return CTX_NONE;
 	g = BPF_CORE_READ(regs, r14); /* x86-64; arm64 keeps g in X28 */
 	key->tgid = tgid;
 	key->_pad = 0;
 	if (!g)
-		return false;
+		return CTX_NONE;
 	/* Without the offsets (a binary without DWARF) the g itself names
 	 * the goroutine: the runtime reuses a g only once its goroutine has
 	 * ended. Its parent is then unknown. */
 	if (!off->goid) {
 		key->goid = g;
 		*parent = 0;
-		return true;
+		return CTX_GOROUTINE;
 	}
 	if (bpf_probe_read_user(&key->goid, sizeof(key->goid), (void *)(g + off->goid)) ||
-	    bpf_probe_read_user(parent, sizeof(*parent), (void *)(g + off->parent_goid)))
-		return false;
-	return key->goid != 0;
+	    bpf_probe_read_user(parent, sizeof(*parent), (void *)(g + off->parent_goid)) || !key->goid)
+		return CTX_NONE;
+	return CTX_GOROUTINE;
 }
 
 /* The current goroutine's state, made if absent. */
@@ -151,18 +160,24 @@ static __always_inline void served_set(struct serving *c, __u64 cookie, __u32 in
 }
 
 /* Names the current execution context as st's exchange's (ctx): a
- * goroutine of a followed Go program (true, key and parent set), else the
- * thread. */
-static __always_inline bool note_ctx(struct lt_sock *st, struct go_key *key, __u64 *parent)
+ * goroutine of a followed Go program (key and parent set), the thread, or
+ * none (0). */
+static __always_inline enum ctx_kind note_ctx(struct lt_sock *st, struct go_key *key, __u64 *parent)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	enum ctx_kind k = current_goroutine(id >> 32, key, parent);
 
-	if (current_goroutine(id >> 32, key, parent)) {
+	switch (k) {
+	case CTX_GOROUTINE:
 		st->cur.ctx = LT_CTX_GOROUTINE | key->goid;
-		return true;
+		break;
+	case CTX_THREAD:
+		st->cur.ctx = (__u32)id;
+		break;
+	default:
+		st->cur.ctx = 0;
 	}
-	st->cur.ctx = (__u32)id;
-	return false;
+	return k;
 }
 
 /* The current thread (or, in a followed Go program, goroutine) read bytes
@@ -176,11 +191,16 @@ static __always_inline void links_request_read(struct lt_sock *st)
 
 	if (cfg.no_links)
 		return;
-	if (note_ctx(st, &key, &parent)) {
+	switch (note_ctx(st, &key, &parent)) {
+	case CTX_GOROUTINE:
 		c = goroutine_serving(&key);
 		if (c)
 			served_set(c, st->cookie, st->in_seq_start, LT_LINK_GOROUTINE);
 		return;
+	case CTX_NONE:
+		return;
+	default:
+		break;
 	}
 	c = bpf_task_storage_get(&served_by_thread, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (c)
@@ -200,7 +220,10 @@ static __always_inline void links_request_written(struct lt_sock *st)
 
 	if (cfg.no_links)
 		return;
-	if (note_ctx(st, &key, &parent)) {
+	switch (note_ctx(st, &key, &parent)) {
+	case CTX_NONE:
+		return;
+	case CTX_GOROUTINE:
 		c = bpf_map_lookup_elem(&served_by_goroutine, &key);
 		if (c && c->cur.cookie) {
 			l.link.parent = c->cur;
@@ -215,7 +238,8 @@ static __always_inline void links_request_written(struct lt_sock *st)
 		} else {
 			return;
 		}
-	} else {
+		break;
+	default:
 		c = bpf_task_storage_get(&served_by_thread, bpf_get_current_task_btf(), 0, 0);
 		if (!c || !(c->cur.cookie | c->handoff.cookie))
 			return;

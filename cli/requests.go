@@ -80,7 +80,11 @@ func writeRequests(w io.Writer, l api.RequestList, _ int) error {
 	table(w, "PROCESS\tPID\tAMBIGUOUS EXCHANGES", rows, false)
 	rows = nil
 	for _, r := range l.Recent {
-		rows = append(rows, []any{r.ID, r.Endpoint, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant})
+		ep := r.Endpoint
+		if r.Detached {
+			ep += " (detached)"
+		}
+		rows = append(rows, []any{r.ID, ep, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant})
 	}
 	table(w, "ID\tENDPOINT\tDURATION\tHOPS\tCRIT TURNS\tDOMINANT HOP", rows, false)
 	s := l.Stats
@@ -118,6 +122,9 @@ func table(w io.Writer, header string, rows [][]any, always bool) {
 // span, and where its time went.
 func WriteTree(w io.Writer, r *record.Request) {
 	fmt.Fprintf(w, "request %s to %s: %s, %d hops, %d turns on the critical path, dominant %s\n", r.ID, r.Endpoint, ms(r.Duration), r.Hops, r.CriticalTurns, r.Dominant)
+	if r.Detached {
+		fmt.Fprintf(w, "detached: more than one request of %s could have made its first hop, so whose request this served is not known\n", r.Root.From)
+	}
 	var walk func(h *record.Hop, depth int)
 	walk = func(h *record.Hop, depth int) {
 		mark := " "

@@ -147,6 +147,18 @@ func (d *Daemon) serveHealth() {
 				return []float64{float64(s.Ambiguous), float64(s.Orphaned), float64(s.Dropped), float64(s.Truncated)}
 			})
 	}
+	p.Gauge("lattrace_go_programs_followed", "Go processes whose goroutines the request evidence follows (the goroutine that read a request is the context, not the thread)", func() float64 {
+		f, _, _ := d.tracer.GoPrograms()
+		return float64(f)
+	})
+	p.Gauge("lattrace_go_programs_unfollowed", "Go processes whose goroutines cannot be followed (another architecture, a Go before 1.21): no request evidence is gathered in them", func() float64 {
+		_, u, _ := d.tracer.GoPrograms()
+		return float64(u)
+	})
+	p.Counter("lattrace_go_programs_lost_total", "Go processes the request evidence could not note (its table full): their threads taken for contexts", func() float64 {
+		_, _, full := d.tracer.GoPrograms()
+		return float64(full)
+	})
 	p.Counter("lattrace_request_links_lost_total", "outbound exchanges whose kernel evidence of the request they served could not be kept (its table full): linked by timing alone", kernel(func(c tracer.Counters) uint64 { return c.LinksLost }))
 	p.Counter("lattrace_listeners_lost_total", "listening sockets lattrace could not count (its table full): roles of connections open before it may be wrong in their namespace", kernel(func(c tracer.Counters) uint64 { return c.ListenersLost }))
 	p.Counter("lattrace_netns_unseeded_total", "network namespaces whose listening sockets could not be read at the start: roles of their connections open before lattrace are guessed", kernel(func(c tracer.Counters) uint64 { return c.NetnsUnseeded }))

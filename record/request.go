@@ -67,6 +67,10 @@ type Request struct {
 	Dominant string `json:"dominant"`
 	// Edges counts the request's exchanges and turns per service edge.
 	Edges []EdgeCount `json:"edges"`
+	// Detached: the root is an outbound exchange that more than one
+	// inbound exchange of its process could own (ambiguous), so the
+	// request it served is not known; the tree under it is.
+	Detached bool `json:"detached,omitempty"`
 }
 
 // EdgeCount is what one request made on one service edge.

@@ -108,15 +108,17 @@ type Finder struct {
 	Skipped map[string]error // Go binaries not followed, by path, and why
 }
 
-// Scan returns the Go processes it can follow, by pid.
-func (f *Finder) Scan() map[uint32]Offsets {
+// Scan returns the Go processes, by pid: those it can follow with their
+// Offsets, the others with the reason (Program.Err), whose threads are no
+// evidence of anything.
+func (f *Finder) Scan() map[uint32]Program {
 	if f.Proc == "" {
 		f.Proc = "/proc"
 	}
 	if f.byFile == nil {
 		f.byFile, f.notGo, f.Skipped = map[fileID]Program{}, map[fileID]bool{}, map[string]error{}
 	}
-	out := map[uint32]Offsets{}
+	out := map[uint32]Program{}
 	ents, err := os.ReadDir(f.Proc)
 	if err != nil {
 		return out
@@ -150,9 +152,7 @@ func (f *Finder) Scan() map[uint32]Offsets {
 				}
 			}
 		}
-		if p.Err == nil {
-			out[uint32(pid)] = p.Offsets
-		}
+		out[uint32(pid)] = p
 	}
 	return out
 }

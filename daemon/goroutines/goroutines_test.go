@@ -51,7 +51,7 @@ func TestOffsets(t *testing.T) {
 func TestScanFindsSelf(t *testing.T) {
 	f := &Finder{}
 	procs := f.Scan()
-	if _, ok := procs[uint32(os.Getpid())]; !ok {
+	if p, ok := procs[uint32(os.Getpid())]; !ok || p.Err != nil {
 		t.Errorf("this test's process %d not found among %d Go processes", os.Getpid(), len(procs))
 	}
 	sh := exec.Command("/bin/sh", "-c", "sleep 5")

@@ -15,13 +15,12 @@ const DefaultMaxHops = 1000
 type Result struct {
 	Requests []*record.Request
 	// Ambiguous holds the outbound exchanges more than one inbound
-	// exchange of their process could own; Waiting those whose parent's
-	// record has not come yet.
+	// exchange of their process could own (each roots a detached
+	// request); Waiting those whose parent's record has not come yet.
 	Ambiguous []*record.Exchange
 	Waiting   []*record.Exchange
-	// Members maps every exchange in a request, or left out of one
-	// (ambiguous, and the hops under it), to the request's index in
-	// Requests (-1: ambiguous, or under an ambiguous hop).
+	// Members maps every exchange in a request to the request's index
+	// in Requests.
 	Members map[*record.Exchange]int
 }
 
@@ -91,17 +90,18 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 		if _, ok := parent[h]; ok {
 			continue
 		}
-		if v, ok := lost[h]; ok {
+		v, isLost := lost[h]
+		if isLost && v == waiting {
 			// A waiting hop and those under it wait with it.
-			if v == ambiguous {
-				markLost(h, children, res.Members)
-			}
 			continue
 		}
 		if rootUnder(h, parent) {
 			continue
 		}
-		r := &record.Request{Root: h}
+		// An ambiguous hop roots a tree of its own, detached: what was
+		// made under it is right, and shown, though whose request it
+		// served is not known.
+		r := &record.Request{Root: h, Detached: isLost}
 		n := 0
 		build(h, children, maxHops, &n, r)
 		finish(h)
@@ -169,17 +169,6 @@ func markMembers(h *record.Hop, m map[*record.Exchange]int, idx int) {
 	}
 	for _, c := range h.Children {
 		markMembers(c, m, idx)
-	}
-}
-
-func markLost(h *record.Hop, children map[*record.Hop][]*record.Hop, m map[*record.Exchange]int) {
-	for _, e := range []*record.Exchange{h.Client, h.Server} {
-		if e != nil {
-			m[e] = -1
-		}
-	}
-	for _, c := range children[h] {
-		markLost(c, children, m)
 	}
 }
 

@@ -100,7 +100,7 @@ type Stats struct {
 	Requests uint64                       `json:"requests"`
 	Linked   map[record.LinkMethod]uint64 `json:"linked"`
 	// Ambiguous counts outbound exchanges more than one inbound exchange
-	// could own (and the hops under them); Orphaned those whose parent's
+	// could own (each roots a detached request); Orphaned those whose parent's
 	// record never came within MaxWait; Dropped those let go for the
 	// MaxPending bound; Truncated the hops beyond MaxHops.
 	Ambiguous uint64 `json:"ambiguous"`
@@ -199,17 +199,6 @@ func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 			gone[e] = true
 		}
 	}
-	for _, x := range res.Ambiguous {
-		if x.End < cutoff {
-			t.stats.Ambiguous++
-			t.ambiguous[Process{PID: x.Owner.PID, Comm: x.Owner.Comm}]++
-		}
-	}
-	for e, idx := range res.Members {
-		if idx == -1 && e.End < cutoff {
-			gone[e] = true
-		}
-	}
 	kept := t.pending[:0]
 	for _, e := range t.pending {
 		switch {
@@ -248,6 +237,11 @@ func latest(h *record.Hop) record.Mono {
 }
 
 func (t *Tracker) finished(r *record.Request, now record.Mono) {
+	if r.Detached {
+		x := r.Root.Client
+		t.stats.Ambiguous++
+		t.ambiguous[Process{PID: x.Owner.PID, Comm: x.Owner.Comm}]++
+	}
 	t.stats.Requests++
 	t.stats.Truncated += uint64(r.Truncated)
 	var walk func(h *record.Hop)

@@ -19,15 +19,22 @@ func (t *Tracer) watchGoroutines() {
 		return
 	}
 	t.lastGoScan = time.Now()
+	t.goMu.Lock()
+	defer t.goMu.Unlock()
 	if t.goFinder == nil {
 		t.goFinder = &goroutines.Finder{}
 	}
 	now := t.goFinder.Scan()
-	for pid, o := range now {
+	for pid, p := range now {
+		o := lattraceLtGoOffsets{Goid: p.Offsets.Goid, ParentGoid: p.Offsets.ParentGoid}
+		if p.Err != nil {
+			// Its threads run any goroutine: no evidence at all.
+			o = lattraceLtGoOffsets{Goid: goUnfollowed, ParentGoid: goUnfollowed}
+		}
 		if old, ok := t.goProcs[pid]; ok && old == o {
 			continue
 		}
-		if err := procs.Put(pid, lattraceLtGoOffsets{Goid: o.Goid, ParentGoid: o.ParentGoid}); err != nil {
+		if err := procs.Put(pid, o); err != nil {
 			t.goFull++
 			continue
 		}
@@ -40,11 +47,35 @@ func (t *Tracer) watchGoroutines() {
 		}
 	}
 	for path, err := range t.goFinder.Skipped {
-		t.opts.Logger.Warn("a Go program's goroutines are not followed: its calls are linked to requests by thread and timing", "binary", path, "err", err)
+		t.opts.Logger.Warn("a Go program's goroutines are not followed: its calls are linked to requests by timing alone", "binary", path, "err", err)
 		delete(t.goFinder.Skipped, path)
 	}
 }
 
+// goUnfollowed is LT_GO_UNFOLLOWED (bpf/lattrace.h), which bpf2go does not
+// carry over (a #define).
+const goUnfollowed = 0xffffffff
+
 // GoPrograms returns how many Go processes have their goroutines followed
-// now, and how many could not be added (the table full).
-func (t *Tracer) GoPrograms() (followed int, full uint64) { return len(t.goProcs), t.goFull }
+// now, how many are Go programs that cannot be (no evidence gathered in
+// them), and how many could not be added (the table full).
+func (t *Tracer) GoPrograms() (followed, unfollowed int, full uint64) {
+	t.goMu.Lock()
+	defer t.goMu.Unlock()
+	for _, o := range t.goProcs {
+		if o.Goid == goUnfollowed {
+			unfollowed++
+		} else {
+			followed++
+		}
+	}
+	return followed, unfollowed, t.goFull
+}
+
+// goFollowed reports whether the evidence follows pid's goroutines.
+func (t *Tracer) goFollowed(pid uint32) bool {
+	t.goMu.Lock()
+	defer t.goMu.Unlock()
+	o, ok := t.goProcs[pid]
+	return ok && o.Goid != goUnfollowed
+}

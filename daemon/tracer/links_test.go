@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -104,7 +106,8 @@ func TestRequestLinks(t *testing.T) {
 	tids := make(chan int, clients)
 	front := frontServer(t, backend, calls, req, resp, tids)
 	col := &collector{}
-	openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond}, col)
+	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond}, col)
+	waitGoFollowed(t, tr, os.Getpid())
 
 	// The clients are another process: in this one, the Go runtime's
 	// threads wake each other for their own reasons, and a client's
@@ -226,6 +229,17 @@ for t in ts: t.join()
 	}
 }
 
+// waitGoFollowed waits until the tracer follows the goroutines of the Go
+// program pid (its first look runs as it starts).
+func waitGoFollowed(t *testing.T, tr *Tracer, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !tr.goFollowed(uint32(pid)); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tracer did not find the Go program %d in 10 s", pid)
+		}
+	}
+}
+
 // ownRead is the method of a link by what the writer read itself.
 func ownRead(goroutines bool) record.LinkMethod {
 	if goroutines {
@@ -265,4 +279,137 @@ func (c *collector) all() []*record.Exchange {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*record.Exchange(nil), c.exchanges...)
+}
+
+// goParentServer is a Go program built with its DWARF (so the tracer reads
+// its goroutine ids): each request's handler starts a goroutine per call
+// to backend and waits for it, as handlers fanning out do.
+const goParentServer = `package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+)
+
+func main() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ln.Addr())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			b, err := net.Dial("tcp", os.Args[1])
+			if err != nil {
+				return
+			}
+			for {
+				if _, err := io.ReadFull(c, make([]byte, 100)); err != nil {
+					return
+				}
+				for range 2 {
+					done := make(chan error)
+					go func() {
+						_, err := b.Write(make([]byte, 50))
+						if err == nil {
+							_, err = io.ReadFull(b, make([]byte, 60))
+						}
+						done <- err
+					}()
+					if <-done != nil {
+						return
+					}
+				}
+				c.Write(make([]byte, 200))
+			}
+		}()
+	}
+}
+`
+
+// TestGoParentLinks: in a Go program whose DWARF gives its goroutines' ids,
+// a call made by a goroutine the request's handler started is linked to
+// the request by the parent goroutine (go_parent), and the handler's own
+// read names it by its goroutine.
+func TestGoParentLinks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(goParentServer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "goparent")
+	build := exec.Command("go", "build", "-o", bin, "main.go")
+	build.Dir, build.Env = dir, append(os.Environ(), "GOFLAGS=", "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	backend := backendServer(t, time.Millisecond)
+	srv := exec.Command(bin, backend)
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	var front string
+	if _, err := fmt.Fscanln(stdout, &front); err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond}, col)
+	waitGoFollowed(t, tr, srv.Process.Pid)
+	c, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	const n = 5
+	for range n {
+		c.Write(make([]byte, 100))
+		io.ReadFull(c, make([]byte, 200))
+	}
+	c.Close()
+	col.find(t, local)
+	time.Sleep(time.Second)
+	exs := col.all()
+	backendPort := netip.MustParseAddrPort(backend).Port()
+	calls, byParent := 0, 0
+	for _, e := range exs {
+		if e.Owner.PID != uint32(srv.Process.Pid) || e.Role != record.Requester || e.Flow.Remote.Port() != backendPort {
+			continue
+		}
+		calls++
+		h := e.Served.Handoff
+		if e.Ctx&record.CtxGoroutine != 0 && h.Method == record.LinkGoParent && e.Served.Parent.Cookie == 0 {
+			byParent++
+		}
+	}
+	res := requests.Assemble(exs, 0, nil)
+	linked := 0
+	for _, r := range res.Requests {
+		if r.Root.Server == nil || r.Root.Server.Owner.PID != uint32(srv.Process.Pid) {
+			continue
+		}
+		for _, h := range r.Root.Children {
+			if h.Link == record.LinkGoParent {
+				linked++
+			}
+		}
+	}
+	if calls != 2*n || byParent != calls || linked != calls {
+		t.Errorf("%d calls, %d naming their handler's request by the parent goroutine, %d linked so in the trees; want %d each", calls, byParent, linked, 2*n)
+		for _, e := range exs {
+			if e.Owner.PID == uint32(srv.Process.Pid) {
+				t.Logf("%s %v ctx %x served %+v", e.Role, e.Flow, e.Ctx, e.Served)
+			}
+		}
+	}
 }

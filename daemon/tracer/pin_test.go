@@ -196,32 +196,18 @@ func (b both) Flush()                       { b[0].Flush(); b[1].Flush() }
 func TestResumeAfterKillMidDrain(t *testing.T) {
 	dir := testPinDir(t, "lattrace-test-resume")
 	a := openPinned(t, Options{PinPath: dir, DrainInterval: 20 * time.Millisecond})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
+	addr := serveEach(t, func(c net.Conn) {
+		buf := make([]byte, 100)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := io.ReadFull(c, buf); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 100)
-				for {
-					if _, err := io.ReadFull(c, buf); err != nil {
-						return
-					}
-					c.Write(buf)
-				}
-			}()
+			c.Write(buf)
 		}
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	})
+	port := netip.MustParseAddrPort(addr).Port()
 	talk := func(n int) {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -200,7 +200,8 @@ type Tracer struct {
 	// The Go processes whose goroutines the programs follow
 	// (goroutines.go), and how many the table had no room for.
 	goFinder   *goroutines.Finder
-	goProcs    map[uint32]goroutines.Offsets
+	goMu       sync.Mutex // goProcs and goFull, read by GoPrograms
+	goProcs    map[uint32]lattraceLtGoOffsets
 	lastGoScan time.Time
 	goFull     uint64
 	// With PinPath: the locked directory and the state map (generation,
@@ -259,7 +260,7 @@ func Open(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracer{opts: opts, streams: streams.New(), goProcs: map[uint32]goroutines.Offsets{}}
+	t := &Tracer{opts: opts, streams: streams.New(), goProcs: map[uint32]lattraceLtGoOffsets{}}
 	adopt := false
 	if opts.PinPath != "" {
 		if t.pin, err = openPinDir(opts.PinPath); err != nil {

@@ -153,12 +153,24 @@ func (a *app) file(name, content string) string {
 // the server accepts connections on port.
 func (a *app) serve(port uint16, argv ...string) {
 	a.t.Helper()
-	name := filepath.Base(argv[0])
+	a.start(a.lab.B, filepath.Base(argv[0]), netip.AddrPortFrom(a.server(), port), argv...)
+	// The probe connection is not the client's: wait for its records.
+	a.quiesce()
+	a.col.Mu.Lock()
+	a.col.Exchanges, a.col.Opens, a.col.Closes = nil, nil, nil
+	a.col.Mu.Unlock()
+}
+
+// start starts a process in host h, logging to the test's directory as
+// name, stopped when the test ends, and returns once it accepts
+// connections on addr (a connection from A).
+func (a *app) start(h *netlab.Host, name string, addr netip.AddrPort, argv ...string) {
+	a.t.Helper()
 	logf, err := os.Create(filepath.Join(a.dir, name+".log"))
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	cmd := a.lab.B.Command(context.Background(), argv[0], argv[1:]...)
+	cmd := h.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -176,7 +188,6 @@ func (a *app) serve(port uint16, argv ...string) {
 		}
 		logf.Close()
 	})
-	addr := netip.AddrPortFrom(a.server(), port).String()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
@@ -186,23 +197,18 @@ func (a *app) serve(port uint16, argv ...string) {
 		}
 		var c net.Conn
 		err := a.lab.A.Do(func() (err error) {
-			c, err = net.DialTimeout("tcp", addr, time.Second)
+			c, err = net.DialTimeout("tcp", addr.String(), time.Second)
 			return err
 		})
 		if err == nil {
 			c.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			a.t.Fatalf("%s does not accept on %s: %v; log: %s", name, addr, err, tail(a.log(name)))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The probe connection is not the client's: wait for its records.
-	a.quiesce()
-	a.col.Mu.Lock()
-	a.col.Exchanges, a.col.Opens, a.col.Closes = nil, nil, nil
-	a.col.Mu.Unlock()
 }
 
 // log returns a process's log.

@@ -31,8 +31,10 @@ var suite = []struct {
 	// Every hook attaches through the alternative the kernel calls for;
 	// connections open before the tracer get their roles from the
 	// listeners and their HTTP/2 framing from frame headers (the TCP
-	// iterators' variants run on this machine, which refuses the others).
-	{"daemon/tracer", "^(TestHooksOnThisKernel|TestAdoptedRoles|TestHTTP2Adopted)$/^(listeners_read_true,_TCP_iterators_only_false|TCP_iterators_only_false)$"},
+	// iterators' variants run on this machine, which refuses the others);
+	// calls carry the evidence of the request they served (through the
+	// fentry and fexit stand-ins on these kernels).
+	{"daemon/tracer", "^(TestHooksOnThisKernel|TestAdoptedRoles|TestHTTP2Adopted|TestRequestLinks)$/^(listeners_read_true,_TCP_iterators_only_false|TCP_iterators_only_false)$"},
 	// The lab: delay and think time, loss, a bulk stream.
 	{"tests/scenarios", "^(TestPathDelayAndThinkTime|TestLoss|TestOneWayStream)$"},
 	// Real servers: nginx, whose bodies go out through sendfile; nghttpd,
