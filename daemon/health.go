@@ -16,6 +16,7 @@ import (
 	"github.com/lattrace/lattrace/daemon/requests"
 	"github.com/lattrace/lattrace/daemon/tracer"
 	"github.com/lattrace/lattrace/exporters/otlp"
+	"github.com/lattrace/lattrace/exporters/prometheus"
 	"github.com/lattrace/lattrace/record"
 )
 
@@ -131,6 +132,35 @@ func (d *Daemon) serveHealth() {
 		reqs := func(f func(requests.Stats) float64) func() float64 {
 			return func() float64 { return f(d.requests.Snapshot(false).Stats) }
 		}
+		edges := func(turns bool) func() []prometheus.Series {
+			return func() []prometheus.Series {
+				var out []prometheus.Series
+				for _, e := range d.requests.Snapshot(false).Edges {
+					v := e.ExchangesPerRequest
+					if turns {
+						v = e.TurnsPerRequest
+					}
+					out = append(out, prometheus.Series{Labels: []string{e.Endpoint, e.From, e.To}, Value: v})
+				}
+				return out
+			}
+		}
+		p.Dynamic("lattrace_request_edge_exchanges_per_request", "exchanges per request to a root endpoint on one service edge (from, to: pod, else command), over the requests seen", false,
+			[]string{"endpoint", "from", "to"}, edges(false))
+		p.Dynamic("lattrace_request_edge_turns_per_request", "turns (changes of direction) per request to a root endpoint on one service edge: the seed's turns per request between two tiers", false,
+			[]string{"endpoint", "from", "to"}, edges(true))
+		p.Dynamic("lattrace_request_ambiguous_exchanges_total", "outbound exchanges more than one inbound exchange of their process could own, by the process's command: each roots a detached request", true,
+			[]string{"comm"}, func() []prometheus.Series {
+				byComm := map[string]float64{}
+				for _, a := range d.requests.Snapshot(false).Ambiguous {
+					byComm[a.Comm] += float64(a.Exchanges)
+				}
+				var out []prometheus.Series
+				for c, n := range byComm {
+					out = append(out, prometheus.Series{Labels: []string{c}, Value: n})
+				}
+				return out
+			})
 		p.Counter("lattrace_requests_total", "request trees made: a root exchange and every exchange made on the node to answer it (lattrace requests)", reqs(func(s requests.Stats) float64 { return float64(s.Requests) }))
 		p.Counters("lattrace_request_hops_linked_total", "exchanges linked under the request they ran inside, by the evidence: thread (the writing thread read the request), goroutine (the same, a Go program's goroutine), handoff (the thread that read it woke the writer), go_parent (the goroutine that read it started the writer), window (no evidence; the only request of its process whose window held it)",
 			"method", linkMethods, func() []float64 {

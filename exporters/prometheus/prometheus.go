@@ -132,6 +132,40 @@ func (c *labelledCounters) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Series is one series of a metric whose labels are read at each scrape:
+// its label values, in the metric's order, and its value.
+type Series struct {
+	Labels []string
+	Value  float64
+}
+
+// Dynamic registers a metric (counter when counter is set, else gauge)
+// whose series, labels included, f lists at each scrape: rows that come
+// and go (request trees' service edges). f bounds how many it lists.
+func (s *Server) Dynamic(name, help string, counter bool, labels []string, f func() []Series) {
+	t := prometheus.GaugeValue
+	if counter {
+		t = prometheus.CounterValue
+	}
+	s.reg.MustRegister(&dynamic{desc: prometheus.NewDesc(name, help, labels, nil), typ: t, read: f})
+}
+
+type dynamic struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+	read func() []Series
+}
+
+func (d *dynamic) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range d.read() {
+		if m, err := prometheus.NewConstMetric(d.desc, d.typ, r.Value, r.Labels...); err == nil {
+			ch <- m
+		}
+	}
+}
+
 // Gauge registers a gauge read from f at each scrape.
 func (s *Server) Gauge(name, help string, f func() float64) {
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))

@@ -36,7 +36,7 @@ const (
 const (
 	reqQueries = 5
 	reqRedis   = 3
-	reqRuns    = 30
+	reqRuns    = 20
 	reqWorkers = 4
 	// reqMove is the what-if's distance: the database's round trips
 	// each this much longer.
@@ -603,7 +603,7 @@ const goAppComm = "goreqapp"
 // TestRequestTreesGo's runs: goRuns requests one at a time, then goClients
 // clients at once, goClientRuns requests each.
 const (
-	goRuns       = 30
+	goRuns       = 20
 	goClients    = 8
 	goClientRuns = 12
 )

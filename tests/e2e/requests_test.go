@@ -157,6 +157,10 @@ func TestRequestsShown(t *testing.T) {
 		t.Errorf("an unknown request: exit %d, %q", code, stderr)
 	}
 	m := scrape(t, metrics)
+	edgeSeries := fmt.Sprintf(`{endpoint=%q,from="front",to="backend"}`, endpoint)
+	if x, tu := m["lattrace_request_edge_exchanges_per_request"+edgeSeries], m["lattrace_request_edge_turns_per_request"+edgeSeries]; x != 3 || tu != 6 {
+		t.Errorf("/metrics: front -> backend %v exchanges and %v turns per request, want 3 and 6", x, tu)
+	}
 	if m["lattrace_requests_total"] < n || m[`lattrace_request_hops_linked_total{method="thread"}`] < 3*n {
 		t.Errorf("/metrics: %v requests, %v hops linked by thread; want %d and %d at least",
 			m["lattrace_requests_total"], m[`lattrace_request_hops_linked_total{method="thread"}`], n, 3*n)

@@ -21,7 +21,7 @@ const TimeEnv = "LTTEST_FUZZTIME"
 
 // DefaultTime is each target's time in make test, where all of them
 // together, builds included, must stay within a few minutes.
-const DefaultTime = 8 * time.Second
+const DefaultTime = 6 * time.Second
 
 // TestFuzzTargets finds every fuzz target of the repository (each
 // func FuzzXxx(f *testing.F) of a _test.go file), checks that its package
