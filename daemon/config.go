@@ -18,9 +18,9 @@ type Config struct {
 	Tracer     tracer.Options
 	Aggregate  aggregate.Config
 	// RequestTrees makes request trees of the exchanges (package
-	// requests): off by default, for what it costs per exchange
-	// (BENCHMARKS.md); the kernel's evidence is gathered either way
-	// (Tracer.NoRequestLinks).
+	// requests): off by default, for the copies of middle tiers'
+	// exchanges it holds (docs/configuration.md); the kernel's evidence
+	// is gathered either way (Tracer.NoRequestLinks).
 	RequestTrees bool
 	// OTLP, when set, exports spans and metrics to an OpenTelemetry backend.
 	OTLP *otlp.Config

@@ -25,13 +25,24 @@ type Result struct {
 }
 
 // Assemble links exs into request trees. A tree keeps at most maxHops hops
-// (DefaultMaxHops when 0); done, if not nil, tells the inbound requests
-// already in trees made before (evidence naming one is stale, not early).
-func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Result {
+// (DefaultMaxHops when 0).
+func Assemble(exs []*record.Exchange, maxHops int) *Result { return assemble(exs, maxHops, nil, nil) }
+
+// assemble is Assemble with what a Tracker knows besides exs: done tells
+// the inbound requests already in trees made before (evidence naming one
+// is stale, not early); partner, the other end of an exchange not held in
+// exs (a client or a leaf server of the node, kept apart), by its key.
+func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partner func(connKey) *record.Exchange) *Result {
 	if maxHops <= 0 {
 		maxHops = DefaultMaxHops
 	}
 	ix := newIndex(exs, done)
+	other := func(k connKey) *record.Exchange {
+		if partner == nil || !pairable(k) {
+			return nil
+		}
+		return partner(k)
+	}
 	res := &Result{Members: map[*record.Exchange]int{}}
 	// Each exchange's hop: a requester's with its responder's half when
 	// the node holds it; a responder's alone when its requester is off
@@ -44,6 +55,9 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 			continue
 		}
 		srv := ix.pair(e)
+		if srv == nil {
+			srv = other(requesterKey(e))
+		}
 		h := newHop(e, srv)
 		hopOf[e] = h
 		if srv != nil {
@@ -54,7 +68,7 @@ func Assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool) *Resu
 	}
 	for _, e := range exs {
 		if e.Role == record.Responder && linkable(e) && !paired[e] {
-			h := newHop(nil, e)
+			h := newHop(other(responderKey(e)), e)
 			hopOf[e] = h
 			hops = append(hops, h)
 		}

@@ -160,7 +160,7 @@ func TestTree(t *testing.T) {
 	c2 := outbound(1, 11, 4*ms, 6*ms, s)
 	p1 := outbound(1, 11, 7*ms, 12*ms, s)
 	p2 := outbound(1, 11, 8*ms, 10*ms, s)
-	res := Assemble([]*record.Exchange{client, a, c1, c2, p1, p2}, 0, nil)
+	res := Assemble([]*record.Exchange{client, a, c1, c2, p1, p2}, 0)
 	if len(res.Requests) != 1 {
 		t.Fatalf("%d requests, want 1", len(res.Requests))
 	}
@@ -203,7 +203,7 @@ func TestTreeBounded(t *testing.T) {
 	for i := range 3000 {
 		exs = append(exs, outbound(1, 11, record.Mono(i+1)*ms, record.Mono(i+1)*ms+ms/2, record.Served{Parent: read(a, record.LinkThread)}))
 	}
-	res := Assemble(exs, 100, nil)
+	res := Assemble(exs, 100)
 	if len(res.Requests) != 1 || res.Requests[0].Hops != 100 || res.Requests[0].Truncated != 2901 {
 		t.Fatalf("requests %d, hops %d, truncated %d; want 1, 100, 2901", len(res.Requests), res.Requests[0].Hops, res.Requests[0].Truncated)
 	}
@@ -283,7 +283,8 @@ func TestTreeDetached(t *testing.T) {
 	app.ISNLocal, app.ISNRemote = 78, 77
 	y := outbound(2, 21, 3*ms, 4*ms, record.Served{Parent: read(app, record.LinkThread)})
 	tr := New(Config{})
-	for _, e := range []*record.Exchange{a, b, x, app, y} {
+	// In the order their records come: each as it ends.
+	for _, e := range []*record.Exchange{y, app, x, a, b} {
 		tr.Exchange(e)
 	}
 	tr.Pass(base+record.Mono(time.Minute), false)
@@ -303,5 +304,44 @@ func TestTreeDetached(t *testing.T) {
 	}
 	if s.Stats.Ambiguous != 1 || len(s.Ambiguous) != 1 || s.Ambiguous[0].PID != 1 || s.Pending != 0 {
 		t.Errorf("stats %+v, ambiguous %+v, pending %d", s.Stats, s.Ambiguous, s.Pending)
+	}
+}
+
+// The Tracker holds what makes trees, and takes the two ends' other sides
+// from its side ring: a client's request to a middle tier and a leaf
+// server's answer are named in the tree though neither is held. A node
+// of single exchanges holds nothing.
+func TestTrackerHoldsTrees(t *testing.T) {
+	tr := New(Config{})
+	leaf := inbound(5, 51, 0, ms)
+	tr.Exchange(leaf)
+	tr.Exchange(paired(leaf, 6, "redis-benchmark"))
+	if s := tr.Snapshot(false); s.Pending != 0 || len(tr.sideAt) != 0 {
+		t.Fatalf("single exchanges: %d held, %d aside", s.Pending, len(tr.sideAt))
+	}
+
+	a := inbound(1, 11, 10*ms, 20*ms)
+	a.Owner.Comm = "front"
+	x := outbound(1, 11, 12*ms, 15*ms, record.Served{Parent: read(a, record.LinkThread)})
+	x.Owner.Comm = "front"
+	db := inbound(2, 21, 12*ms+ms/10, 15*ms-ms/10)
+	db.Owner.Comm = "postgres"
+	x.ISNLocal, x.ISNRemote, x.OutSeq = 91, 92, db.InSeq
+	db.ISNLocal, db.ISNRemote = 92, 91
+	curl := paired(a, 9, "curl")
+	for _, e := range []*record.Exchange{x, db, a, curl} {
+		tr.Exchange(e)
+	}
+	if s := tr.Snapshot(false); s.Pending != 2 {
+		t.Fatalf("%d held, want the front's two", s.Pending)
+	}
+	tr.Pass(base+record.Mono(time.Minute), false)
+	s := tr.Snapshot(true)
+	if len(s.Recent) != 1 {
+		t.Fatalf("%d requests, want 1", len(s.Recent))
+	}
+	r := s.Recent[0]
+	if r.Root.From != "curl" || r.Root.To != "front" || len(r.Root.Children) != 1 || r.Root.Children[0].To != "postgres" || r.Duration != curl.Duration {
+		t.Errorf("tree: %s -> %s (%v, curl's %v), children %d", r.Root.From, r.Root.To, r.Duration, curl.Duration, len(r.Root.Children))
 	}
 }

@@ -66,17 +66,38 @@ func (c *Config) defaults() {
 
 // passEvery spaces the passes that make trees: each reads every held
 // exchange.
-const passEvery = 250 * time.Millisecond
+const passEvery = 500 * time.Millisecond
 
 // Tracker makes request trees live: a record.Sink that holds exchanges
 // until their trees are complete, then keeps per endpoint and per service
 // edge what they showed, and the most recent requests. Safe for
 // concurrent use.
+//
+// It makes the trees of requests that made calls: it holds the exchanges
+// of the processes that call out while they serve (the middle tiers) and
+// the calls that name a request, and keeps every other exchange (a
+// client's request to a middle tier, a leaf server's answer to its call)
+// apart in a ring of side exchanges, copied in place, from which the other
+// end of a held exchange is taken when its hop is made. A node without a
+// middle tier, whose requests are single exchanges, costs a map lookup
+// per exchange.
 type Tracker struct {
 	mu       sync.Mutex
 	cfg      Config
 	pending  []*record.Exchange
 	lastPass record.Mono
+	// roles says when each process last requested, answered, and
+	// requested naming a request it served (evidence): a middle tier
+	// does both, or names requests.
+	roles map[uint32]roles
+	// tiers counts the processes of roles that are middle tiers now; none,
+	// and nothing is kept apart.
+	tiers int
+	// The side ring: exchanges not held, copied in place, by key.
+	side     []record.Exchange
+	sideKey  []connKey
+	sideAt   map[connKey]int32
+	sideNext int
 	// done holds the inbound requests already in trees, until MaxWait
 	// after: evidence naming them is stale.
 	done      map[reqKey]record.Mono
@@ -124,28 +145,110 @@ type edgeStats struct {
 	exchanges, turns uint64
 }
 
+// roles are what a process did last (record.Mono of the exchanges' ends).
+type roles struct{ requested, answered, named record.Mono }
+
+// tier reports whether a process with roles r is a middle tier at now:
+// within window it named a request it served, or both requested and
+// answered.
+func (r roles) tier(now record.Mono, window time.Duration) bool {
+	since := before(now, window)
+	in := func(m record.Mono) bool { return m != 0 && m >= since }
+	return in(r.named) || (in(r.requested) && in(r.answered))
+}
+
+// sideSize is the side ring's length: at the rates where it turns over in
+// well under a second, the two ends of an exchange are written within
+// milliseconds of each other (each at its connection's next turn).
+const sideSize = 8192
+
 // New makes a Tracker.
 func New(cfg Config) *Tracker {
 	cfg.defaults()
 	return &Tracker{cfg: cfg, done: map[reqKey]record.Mono{}, endpoints: map[string]*endpointStats{},
-		edges: map[edgeKey]*edgeStats{}, ambiguous: map[Process]uint64{}, stats: Stats{Linked: map[record.LinkMethod]uint64{}}}
+		edges: map[edgeKey]*edgeStats{}, ambiguous: map[Process]uint64{}, stats: Stats{Linked: map[record.LinkMethod]uint64{}},
+		roles: map[uint32]roles{}, sideAt: map[connKey]int32{}}
 }
 
-// Exchange holds a copy of e (the tracer reuses e) until its tree forms.
+// Exchange holds a copy of e (the tracer reuses e) until its tree forms,
+// when its process is a middle tier or it names the request it served;
+// else it keeps it apart, when there is a middle tier on the node.
 func (t *Tracker) Exchange(e *record.Exchange) {
 	if !linkable(e) {
 		return
 	}
-	x := *e
-	x.Diagnoses = nil
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	pid := e.Owner.PID
+	r := t.roles[pid]
+	was := r.tier(e.End, t.cfg.MaxWait)
+	switch {
+	case e.Role == record.Responder:
+		r.answered = max(r.answered, e.End)
+	case e.Served.Any():
+		r.named = max(r.named, e.End)
+		fallthrough
+	default:
+		r.requested = max(r.requested, e.End)
+	}
+	t.roles[pid] = r
+	is := r.tier(e.End, t.cfg.MaxWait)
+	if is && !was {
+		t.tiers++
+	}
+	if is || e.Served.Any() {
+		t.hold(e)
+		return
+	}
+	if t.tiers > 0 {
+		t.aside(e)
+	}
+}
+
+// hold keeps a copy of e until its tree forms.
+func (t *Tracker) hold(e *record.Exchange) {
+	x := *e
+	x.Diagnoses = nil
 	if len(t.pending) >= t.cfg.MaxPending {
 		n := len(t.pending) / 10
 		t.stats.Dropped += uint64(n)
 		t.pending = slices.Delete(t.pending, 0, n)
 	}
 	t.pending = append(t.pending, &x)
+}
+
+// aside copies e into the side ring, in place of the oldest.
+func (t *Tracker) aside(e *record.Exchange) {
+	k := requesterKey(e)
+	if e.Role == record.Responder {
+		k = responderKey(e)
+	}
+	if !pairable(k) {
+		return
+	}
+	if t.side == nil {
+		t.side, t.sideKey = make([]record.Exchange, sideSize), make([]connKey, sideSize)
+	}
+	i := t.sideNext
+	t.sideNext = (i + 1) % sideSize
+	if old := t.sideKey[i]; pairable(old) && t.sideAt[old] == int32(i) {
+		delete(t.sideAt, old)
+	}
+	t.side[i] = *e
+	t.side[i].Diagnoses = nil
+	t.sideKey[i] = k
+	t.sideAt[k] = int32(i)
+}
+
+// partner is the side exchange of key k, copied out: the ring's slot is
+// overwritten in time.
+func (t *Tracker) partner(k connKey) *record.Exchange {
+	i, ok := t.sideAt[k]
+	if !ok {
+		return nil
+	}
+	x := t.side[i]
+	return &x
 }
 
 func (t *Tracker) ConnOpen(record.ConnOpen)   {}
@@ -181,7 +284,8 @@ func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 			delete(t.done, k)
 		}
 	}
-	res := Assemble(t.pending, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok })
+	t.pruneRoles(now)
+	res := assemble(t.pending, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok }, t.partner)
 	ready := make([]bool, len(res.Requests))
 	for i, r := range res.Requests {
 		if latest(r.Root) >= cutoff {
@@ -212,6 +316,21 @@ func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 	clear(t.pending[len(kept):])
 	t.pending = kept
 	return finished
+}
+
+// pruneRoles forgets the processes idle for MaxWait, and recounts the
+// middle tiers.
+func (t *Tracker) pruneRoles(now record.Mono) {
+	since := before(now, t.cfg.MaxWait)
+	t.tiers = 0
+	for pid, r := range t.roles {
+		switch {
+		case max(r.requested, r.answered, r.named) < since:
+			delete(t.roles, pid)
+		case r.tier(now, t.cfg.MaxWait):
+			t.tiers++
+		}
+	}
 }
 
 // before is d before now, or 0 (the clock's start).

@@ -194,7 +194,7 @@ for t in ts: t.join()
 	}
 
 	// The trees: one per client request, its calls under it.
-	res := requests.Assemble(exs, 0, nil)
+	res := requests.Assemble(exs, 0)
 	trees := 0
 	for _, r := range res.Requests {
 		if r.Root.Server == nil || r.Root.Server.Flow.Local.Port() != frontPort {
@@ -392,7 +392,7 @@ func TestGoParentLinks(t *testing.T) {
 			byParent++
 		}
 	}
-	res := requests.Assemble(exs, 0, nil)
+	res := requests.Assemble(exs, 0)
 	linked := 0
 	for _, r := range res.Requests {
 		if r.Root.Server == nil || r.Root.Server.Owner.PID != uint32(srv.Process.Pid) {

@@ -121,7 +121,7 @@ func TestRequestTrees(t *testing.T) {
 		}
 		to := record.Now()
 		a.quiesce()
-		res := requests.Assemble(a.all(), 0, nil)
+		res := requests.Assemble(a.all(), 0)
 		roots := 0
 		for _, r := range res.Requests {
 			if r.Root.Start < from || r.Root.Start > to {
@@ -255,7 +255,7 @@ func (x *reqApp) run(prefix string, method record.LinkMethod) reqRun {
 			t.Fatalf("%s: the application made %d queries and %d redis calls for %s, want %d and %d", prefix, l.pg, l.redis, l.path, reqQueries, reqRedis)
 		}
 	}
-	res := requests.Assemble(a.all(), 0, nil)
+	res := requests.Assemble(a.all(), 0)
 	trees := checkTrees(t, prefix, res, logged, times, from, to, method)
 	return reqRun{curl: times, trees: trees}
 }
@@ -947,7 +947,7 @@ func (x *goReqApp) check(run string, clients int, logged []goReq, pids []uint32,
 		return e.Owner.Comm == nginxComm && e.Role == record.Requester && e.Flow.Remote.Port() == goAppPort
 	})}}
 	for _, v := range views {
-		res := requests.Assemble(v.exs, 0, nil)
+		res := requests.Assemble(v.exs, 0)
 		tl := tally{linked: map[record.LinkMethod]int{}, nginx: map[record.LinkMethod]int{}}
 		// The first few failures of a view in full, the rest counted.
 		shown, more := 0, 0
