@@ -22,13 +22,15 @@ import (
 func newTop() *cobra.Command {
 	var lf listFlags
 	var interval time.Duration
-	var once bool
+	var once, requests bool
 	var logFile string
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "live view of the flows on this node: where each one's latency goes, and what is wrong",
 		Long: "top reads a running daemon's API. Without one (and without --api), it runs the\n" +
-			"tracer in-process, which needs root. Keys are listed at the bottom of the screen.\n" +
+			"tracer in-process, which needs root. Keys are listed at the bottom of the screen:\n" +
+			"v steps through flows, peer pairs and requests (a daemon started with\n" +
+			"--request-trees, or the in-process tracer).\n" +
 			"With --once, or when stdout is not a terminal, it prints one plain table and exits.",
 		Args: cobra.NoArgs,
 	}
@@ -37,12 +39,16 @@ func newTop() *cobra.Command {
 	f := cmd.Flags()
 	f.DurationVar(&interval, "interval", time.Second, "refresh interval (250ms..60s)")
 	f.BoolVar(&once, "once", false, "print one plain table and exit")
+	f.BoolVar(&requests, "requests", false, "start on the recent requests (request trees: a daemon started with --request-trees)")
 	f.StringVar(&logFile, "log-file", "", "with the in-process tracer, write its log here (default: discarded; its counters are in the health)")
 	var q api.Query
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		var err error
 		if q, err = lf.query(); err != nil {
 			return err
+		}
+		if requests && lf.peers {
+			return usageError{errors.New("--requests and --peers: one view at a time")}
 		}
 		if interval < 250*time.Millisecond || interval > time.Minute {
 			return usageError{fmt.Errorf("--interval %v outside 250ms..60s", interval)}
@@ -59,8 +65,11 @@ func newTop() *cobra.Command {
 		}
 		defer src.stop()
 		opts := top.Options{Interval: interval, Sort: q.Sort, Filter: q.Filter, Title: src.title, View: top.ViewFlows}
-		if lf.peers {
+		switch {
+		case lf.peers:
 			opts.View = top.ViewPeers
+		case requests:
+			opts.View = top.ViewRequests
 		}
 		isTTY, w, h := terminal(os.Stdout)
 		if once || !isTTY {
@@ -115,7 +124,8 @@ func topSource(ctx context.Context, target string, explicit bool, logFile string
 	// The screen owns the terminal: the tracer's log must not draw on it.
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	sock := filepath.Join(dir, "api.sock")
-	d, err := daemon.New(daemon.Config{Output: "none", APISocket: sock, MaxPeerPairs: otlp.DefaultMaxPeerPairs, Version: Version()}, log)
+	// Request trees on: the requests view is top's as much as the lists.
+	d, err := daemon.New(daemon.Config{Output: "none", APISocket: sock, MaxPeerPairs: otlp.DefaultMaxPeerPairs, RequestTrees: true, Version: Version()}, log)
 	if err != nil {
 		os.RemoveAll(dir)
 		return topSrc{}, fmt.Errorf("no daemon at %s, and tracing in-process failed: %w", target, err)
@@ -154,7 +164,14 @@ func topOnce(ctx context.Context, src topSrc, opts top.Options, q api.Query, out
 		fmt.Fprintf(os.Stderr, "note: %s; these are %v of tracing in this process\n", src.title, opts.Interval)
 	}
 	width := tableWidth(os.Stdout)
-	if opts.View == top.ViewPeers {
+	switch opts.View {
+	case top.ViewRequests:
+		l, err := c.Requests(ctx, true)
+		if err != nil {
+			return clientError(err, c.Target)
+		}
+		return top.WriteRequests(out, l, q.Filter, width)
+	case top.ViewPeers:
 		l, err := c.Peers(ctx, q)
 		if err != nil {
 			return clientError(err, c.Target)

@@ -22,6 +22,7 @@ type (
 	peersMsg      = answerMsg[api.PeerList]
 	flowDetailMsg = answerMsg[api.FlowDetail]
 	peerDetailMsg = answerMsg[api.PeerDetail]
+	requestsMsg   = answerMsg[api.RequestList]
 )
 
 // tickMsg is the time for the refresh after seq.
@@ -44,8 +45,13 @@ const listLimit = 1000
 func (m *model) refresh() tea.Cmd {
 	m.seq++
 	if d := m.top(); d != nil {
-		if d.kind == ViewPeers {
+		switch d.kind {
+		case ViewPeers:
 			return ask(m, m.src.Peer, d.id)
+		case ViewRequests:
+			// A request's tree came with the list: the list is what
+			// is kept current, the detail takes its copy from it.
+			return ask(m, m.src.Requests, true)
 		}
 		return ask(m, m.src.Flow, d.id)
 	}
@@ -54,8 +60,11 @@ func (m *model) refresh() tea.Cmd {
 	// on arrival all the same.
 	q := m.query()
 	q.Limit = listLimit
-	if m.view == ViewPeers {
+	switch m.view {
+	case ViewPeers:
 		return ask(m, m.src.Peers, q)
+	case ViewRequests:
+		return ask(m, m.src.Requests, true)
 	}
 	return ask(m, m.src.Flows, q)
 }

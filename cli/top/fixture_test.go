@@ -2,6 +2,8 @@ package top
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"regexp"
@@ -27,11 +29,17 @@ const ms = time.Millisecond
 // filter and sort what it gets.
 type fakeSource struct {
 	// mu guards queries: Run calls the source from several goroutines.
-	mu      sync.Mutex
-	flows   api.FlowList
-	peers   api.PeerList
-	err     error
+	mu       sync.Mutex
+	flows    api.FlowList
+	peers    api.PeerList
+	requests api.RequestList
+	err      error
+	// reqErr fails the requests alone, as a daemon without request
+	// trees does.
+	reqErr  error
 	queries []api.Query
+	// treeAsks counts the calls of Requests.
+	treeAsks int
 }
 
 func (s *fakeSource) record(q api.Query) {
@@ -67,6 +75,23 @@ func (s *fakeSource) Peer(_ context.Context, id string) (api.PeerDetail, error) 
 	}
 	return api.PeerDetail{}, api.ErrNotFound
 }
+
+func (s *fakeSource) Requests(_ context.Context, trees bool) (api.RequestList, error) {
+	s.mu.Lock()
+	s.treeAsks++
+	s.mu.Unlock()
+	if !trees {
+		return api.RequestList{}, errors.New("top must ask for the trees")
+	}
+	if s.err != nil {
+		return s.requests, s.err
+	}
+	return s.requests, s.reqErr
+}
+
+// noTrees is what the API client returns from a daemon started without
+// --request-trees.
+var noTrees = fmt.Errorf("%w: %s", api.ErrNotFound, "this daemon makes no request trees: start it with --request-trees")
 
 const testNow = record.Mono(1000 * time.Second)
 
@@ -164,7 +189,7 @@ func newTestModel(t *testing.T, opts Options, w, h int, colour bool) (*model, *f
 	if colour {
 		r.SetColorProfile(0) // termenv.TrueColor
 	}
-	src := &fakeSource{flows: testFlows(), peers: testPeers()}
+	src := &fakeSource{flows: testFlows(), peers: testPeers(), requests: testRequests()}
 	m := newModel(context.Background(), src, opts, r)
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	run(t, m, m.Init())
@@ -180,7 +205,7 @@ func run(t *testing.T, m *model, cmd tea.Cmd) tea.Msg {
 	}
 	msg := cmd()
 	switch msg.(type) {
-	case flowsMsg, peersMsg, flowDetailMsg, peerDetailMsg:
+	case flowsMsg, peersMsg, flowDetailMsg, peerDetailMsg, requestsMsg:
 		if next := update(m, msg); next == nil {
 			t.Fatalf("answer %T scheduled no refresh", msg)
 		}
@@ -251,3 +276,63 @@ var csi = regexp.MustCompile("\x1b\\[[0-9;]*[A-Za-z]")
 
 // plain is what a view reads as, escape sequences removed.
 func plain(s string) string { return csi.ReplaceAllString(s, "") }
+
+// hop is a hop of a test tree; its duration is the sum of its parts.
+func hop(from, to string, link record.LinkMethod, network, transport, think, childWait time.Duration, turns uint32, children ...*record.Hop) *record.Hop {
+	return &record.Hop{
+		From: from, To: to, Link: link,
+		Duration: network + transport + think + childWait,
+		Network:  network, Transport: transport, Think: think, ChildWait: childWait,
+		Turns: turns, CriticalTurns: turns,
+		Children: children,
+	}
+}
+
+// testRequests are three requests, oldest first as the API sends them:
+//
+//	1f2e3d4c5b6a7980-1a2b3c4d  curl -> front, whose critical path goes
+//	    through api to postgres; auth and redis run beside it, and
+//	    ldap is critical to auth only, not to the request.
+//	5a5a5a5a-77  detached: batch -> api, whose caller is not known.
+//	9b9b9b9b-1  one hop, a new connection.
+func testRequests() api.RequestList {
+	pg := hop("api", "postgres", record.LinkGoroutine, 1*ms, 0, 4*ms, 0, 2)
+	pg.Critical = true
+	redis := hop("api", "redis", record.LinkWindow, 300*time.Microsecond, 0, 200*time.Microsecond, 0, 2)
+	redis.Parallel = true
+	api1 := hop("front", "api", record.LinkThread, 1*ms, 500*time.Microsecond, 2*ms, 5*ms, 2, pg, redis)
+	api1.Critical = true
+	ldap := hop("auth", "ldap", record.LinkHandoff, 1*ms, 0, 1*ms, 0, 2)
+	ldap.Critical = true
+	auth := hop("front", "auth", record.LinkHandoff, 500*time.Microsecond, 0, 500*time.Microsecond, 2*ms, 2, ldap)
+	auth.Parallel, api1.Parallel = true, true
+	root := hop("curl", "front", "", 2*ms, 1*ms, 3*ms, 8500*time.Microsecond, 2, api1, auth)
+	// The root's server end, for the filter's fields.
+	root.Server = &record.Exchange{
+		Cookie: 77, Owner: record.Owner{PID: 500, Comm: "front"},
+		Flow: record.Flow{Local: netip.MustParseAddrPort("10.0.0.5:8080"), Remote: netip.MustParseAddrPort("10.0.0.1:50000")},
+	}
+	full := &record.Request{
+		ID: "1f2e3d4c5b6a7980-1a2b3c4d", Endpoint: "front:8080", Root: root, Duration: root.Duration,
+		Hops: 6, CriticalTurns: 6, CriticalHops: 3, Dominant: "api -> postgres",
+	}
+
+	pg2 := hop("api", "postgres", record.LinkGoParent, 1*ms, 0, 6*ms, 0, 2)
+	pg2.Critical = true
+	batch := hop("batch", "api", "", 1*ms, 0, 1*ms, 7*ms, 2, pg2)
+	detached := &record.Request{
+		ID: "5a5a5a5a-77", Endpoint: "api:8081", Root: batch, Duration: batch.Duration,
+		Hops: 2, CriticalTurns: 4, CriticalHops: 2, Dominant: "api -> postgres", Detached: true,
+	}
+
+	one := hop("curl", "front", "", 3*ms, 2*ms, 1*ms, 0, 2)
+	one.Handshake = true
+	single := &record.Request{
+		ID: "9b9b9b9b-1", Endpoint: "front:8080", Root: one, Duration: one.Duration,
+		Hops: 1, CriticalTurns: 2, CriticalHops: 1, Dominant: "curl -> front",
+	}
+	var l api.RequestList
+	l.APIVersion = api.Version
+	l.Recent = []*record.Request{full, detached, single}
+	return l
+}

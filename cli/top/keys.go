@@ -69,13 +69,19 @@ func (m *model) listKey(k tea.KeyMsg) tea.Cmd {
 		return tea.Quit
 	case "enter":
 		return m.open()
-	case "v", "tab", "shift+tab":
-		if m.view == ViewPeers {
-			m.view = ViewFlows
-		} else {
-			m.view = ViewPeers
-		}
+	case "v", "tab":
+		m.view = nextView(m.view, +1)
 		return m.refresh()
+	case "V", "shift+tab":
+		m.view = nextView(m.view, -1)
+		return m.refresh()
+	}
+	if m.view == ViewRequests {
+		// The requests are newest first: the sort keys are about
+		// connections, and do nothing here.
+		return m.filterKey(k)
+	}
+	switch k.String() {
 	case "s":
 		i := slices.Index(api.SortKeys, m.sort)
 		return m.setSort(api.SortKeys[(i+1)%len(api.SortKeys)])
@@ -91,6 +97,13 @@ func (m *model) listKey(k tea.KeyMsg) tea.Cmd {
 		return m.setSort("turns")
 	case "e":
 		return m.setSort("exchanges")
+	}
+	return m.filterKey(k)
+}
+
+// filterKey opens the filter prompt, or clears the filter.
+func (m *model) filterKey(k tea.KeyMsg) tea.Cmd {
+	switch k.String() {
 	case "/":
 		m.prompting = true
 		m.input = m.draft
@@ -116,9 +129,14 @@ func (m *model) open() tea.Cmd {
 		return nil
 	}
 	d := &detail{kind: m.view, id: ids[i]}
-	if m.view == ViewPeers {
+	switch m.view {
+	case ViewPeers:
 		d.peer = m.peers[i]
-	} else {
+	case ViewRequests:
+		// Its tree is here already: nothing to wait for.
+		d.req, d.fetched = m.reqs[i], true
+		d.cur.sync(hopIDs(treeRows(d.req)))
+	default:
 		d.flow = m.flows[i]
 	}
 	m.stack = append(m.stack, d)
@@ -128,8 +146,11 @@ func (m *model) open() tea.Cmd {
 // detailKey handles a key in a detail: q quits from here as from the
 // list (the README promises it), the keys that mean "back" go back.
 func (m *model) detailKey(d *detail, k tea.KeyMsg) tea.Cmd {
-	ids := flowIDs(d.flows)
-	if moveKey(&d.cur, ids, k.String(), m.peerFlowRows(d)) {
+	ids, page := flowIDs(d.flows), m.peerFlowRows(d)
+	if d.kind == ViewRequests {
+		ids, page = hopIDs(treeRows(d.req)), m.hopRows(d)
+	}
+	if moveKey(&d.cur, ids, k.String(), page) {
 		return nil
 	}
 	switch k.String() {
@@ -146,6 +167,12 @@ func (m *model) detailKey(d *detail, k tea.KeyMsg) tea.Cmd {
 		}
 	}
 	return nil
+}
+
+// nextView is the list after v (dir +1) or before it (-1).
+func nextView(v View, dir int) View {
+	i := slices.Index(views, v)
+	return views[(i+dir+len(views))%len(views)]
 }
 
 // promptKey edits the filter being typed.

@@ -194,7 +194,7 @@ func TestSelectionFollowsTheID(t *testing.T) {
 	typeText(t, m, "comm:c")
 	press(t, m, "enter") // keeps curl and redis-cli
 	check("a narrower filter")
-	press(t, m, "v", "v")
+	press(t, m, "v", "v", "v")
 	check("switching views")
 
 	// The row goes: the cursor keeps its place.

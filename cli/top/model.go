@@ -31,16 +31,20 @@ type model struct {
 	// The last good answers, as received: a failed refresh leaves them.
 	flowData    api.FlowList
 	peerData    api.PeerList
+	reqData     api.RequestList
 	flowsLoaded bool
 	peersLoaded bool
+	reqsLoaded  bool
 	// flows and peers are the rows shown: the data filtered and sorted
 	// here too, so an answer to an older query never shows rows the
-	// current filter excludes.
+	// current filter excludes. reqs are the recent requests, newest
+	// first, filtered here only (the API takes no filter for them).
 	flows []api.Flow
 	peers []api.Peer
+	reqs  []*record.Request
 	// Each list keeps its own cursor, so switching views and back lands
 	// on the same row.
-	flowCur, peerCur cursor
+	flowCur, peerCur, reqCur cursor
 
 	// stack holds the open detail views, innermost last; empty on the list.
 	stack []*detail
@@ -62,8 +66,8 @@ type model struct {
 	seq uint64
 }
 
-// detail is one open flow or peer pair. It starts with the row it was
-// opened from, so something is on screen before the first answer.
+// detail is one open flow, peer pair or request. It starts with the row
+// it was opened from, so something is on screen before the first answer.
 type detail struct {
 	kind View
 	id   string
@@ -74,7 +78,13 @@ type detail struct {
 
 	peer  api.Peer
 	flows []api.Flow
-	// cur moves over a peer pair's flows.
+	// req is a request's tree, from the list: the refresh of the list
+	// replaces it with the newest copy, and leaves it, gone set, once the
+	// request is no longer among the recent ones.
+	req  *record.Request
+	gone bool
+
+	// cur moves over a peer pair's flows, or a request's hops.
 	cur cursor
 
 	fetched bool
@@ -185,6 +195,15 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.peerData, m.peersLoaded = msg.data, true
 			m.rebuild()
 		})
+	case requestsMsg:
+		cmd = m.answer(msg.seq, requestsErr(msg.err), func() {
+			m.reqData, m.reqsLoaded = msg.data, true
+			m.rebuild()
+			if d := m.top(); d != nil && d.kind == ViewRequests {
+				d.req, d.gone = findRequest(m.reqData.Recent, d.id, d.req)
+				d.cur.sync(hopIDs(treeRows(d.req)))
+			}
+		})
 	case flowDetailMsg:
 		cmd = m.answer(msg.seq, msg.err, func() {
 			if d := m.top(); d != nil {
@@ -236,6 +255,8 @@ func (m *model) rebuild() {
 	m.flowCur.sync(flowIDs(m.flows))
 	m.peers = q.Peers(m.peerData.Peers)
 	m.peerCur.sync(peerIDs(m.peers))
+	m.reqs = requestRows(m.reqData.Recent, m.filter)
+	m.reqCur.sync(reqIDs(m.reqs))
 }
 
 // query is the filter and the sort the user chose.
@@ -243,8 +264,11 @@ func (m *model) query() api.Query { return api.Query{Sort: m.sort, Filter: m.fil
 
 // list returns the current list's cursor and row ids.
 func (m *model) list() (*cursor, []string) {
-	if m.view == ViewPeers {
+	switch m.view {
+	case ViewPeers:
 		return &m.peerCur, peerIDs(m.peers)
+	case ViewRequests:
+		return &m.reqCur, reqIDs(m.reqs)
 	}
 	return &m.flowCur, flowIDs(m.flows)
 }
@@ -253,8 +277,11 @@ func (m *model) list() (*cursor, []string) {
 // shows the cursor; View recomputes the same window, it never stores it.
 func (m *model) keepCursorVisible() {
 	if d := m.top(); d != nil {
-		if d.kind == ViewPeers {
+		switch d.kind {
+		case ViewPeers:
 			d.cur.off = d.cur.offset(m.peerFlowRows(d), len(d.flows))
+		case ViewRequests:
+			d.cur.off = d.cur.offset(m.hopRows(d), len(treeRows(d.req)))
 		}
 		return
 	}

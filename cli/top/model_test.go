@@ -242,6 +242,10 @@ func TestViewToggle(t *testing.T) {
 		t.Fatal("no query")
 	}
 	press(t, m, "tab")
+	if m.view != ViewRequests || !strings.Contains(m.View(), "view: requests") {
+		t.Errorf("tab did not go on to requests")
+	}
+	press(t, m, "tab")
 	if m.view != ViewFlows || !strings.Contains(m.View(), "view: flows") {
 		t.Errorf("tab did not go back to flows")
 	}
@@ -327,6 +331,7 @@ func TestQuit(t *testing.T) {
 		{ViewFlows, []string{"enter"}},
 		{ViewPeers, []string{"enter"}},
 		{ViewPeers, []string{"enter", "enter"}},
+		{ViewRequests, []string{"enter"}},
 	} {
 		m, _ := newTestModel(t, Options{View: c.view}, 80, 24, false)
 		press(t, m, c.keys...)
@@ -522,8 +527,11 @@ func TestOptions(t *testing.T) {
 	if _, err := (Options{Sort: "fastest"}).check(); err == nil {
 		t.Error("a bad sort was taken")
 	}
-	if _, err := (Options{View: "sockets"}).check(); err == nil {
-		t.Error("a bad view was taken")
+	if _, err := (Options{View: "sockets"}).check(); err == nil || !strings.Contains(err.Error(), "requests") {
+		t.Errorf("a bad view was taken, or its error does not name the views: %v", err)
+	}
+	if o, err := (Options{View: "requests"}).check(); err != nil || o.View != ViewRequests {
+		t.Errorf("the requests view was refused: %+v %v", o, err)
 	}
 }
 

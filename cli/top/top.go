@@ -1,16 +1,19 @@
-// Package top is `lattrace top`: a full-screen live view of the flows or
-// peer pairs a daemon (or an in-process tracer) sees, like top or k9s. Each
+// Package top is `lattrace top`: a full-screen live view of the flows,
+// peer pairs or requests a daemon (or an in-process tracer) sees, like top
+// or k9s. Each
 // row says how fast the connection is and where its time goes (the
 // network / transport / app split of docs/latency-model.md, drawn as a bar
 // that reads without colour) and names the finding that explains most of
 // it; enter opens one flow or pair with its diagnoses, its component means
-// and its last exchanges.
+// and its last exchanges. The requests view lists the recent request
+// trees (a daemon started with --request-trees), enter draws one, a hop a
+// line.
 //
 // The screen is a bubbletea program. It only reads through Source, on a
 // timer, in commands that never block drawing: when the source fails the
 // last good data stays up with the error on one line, and it keeps asking.
-// WriteFlows and WritePeers print the same table plain, for pipes and for
-// `lattrace flows`.
+// WriteFlows, WritePeers and WriteRequests print the same table plain, for
+// pipes and for `lattrace flows`.
 package top
 
 import (
@@ -37,16 +40,23 @@ type Source interface {
 	Peers(ctx context.Context, q api.Query) (api.PeerList, error)
 	Flow(ctx context.Context, id string) (api.FlowDetail, error)
 	Peer(ctx context.Context, id string) (api.PeerDetail, error)
+	// Requests answers api.ErrNotFound from a daemon that makes no
+	// request trees; the requests view says so and the others work on.
+	Requests(ctx context.Context, trees bool) (api.RequestList, error)
 }
 
 // View is which list the screen shows.
 type View string
 
-// The two lists.
+// The three lists, in the order v steps through them.
 const (
-	ViewFlows View = "flows"
-	ViewPeers View = "peers"
+	ViewFlows    View = "flows"
+	ViewPeers    View = "peers"
+	ViewRequests View = "requests"
 )
+
+// views are the lists in the order v (tab) steps through them.
+var views = []View{ViewFlows, ViewPeers, ViewRequests}
 
 // Options set the screen up as it starts; the user changes all of them
 // with keys.
@@ -86,9 +96,9 @@ func (o Options) check() (Options, error) {
 	switch o.View {
 	case "":
 		o.View = ViewFlows
-	case ViewFlows, ViewPeers:
+	case ViewFlows, ViewPeers, ViewRequests:
 	default:
-		return o, fmt.Errorf("view %q is neither %q nor %q", o.View, ViewFlows, ViewPeers)
+		return o, fmt.Errorf("view %q is not one of %s, %s, %s", o.View, ViewFlows, ViewPeers, ViewRequests)
 	}
 	return o, nil
 }

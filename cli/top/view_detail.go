@@ -26,6 +26,9 @@ const (
 )
 
 func (m *model) detailBody(d *detail, h int) []string {
+	if d.kind == ViewRequests {
+		return m.requestBody(d, h)
+	}
 	if d.kind == ViewPeers {
 		head, diags, tableH := m.peerSections(d, h)
 		t := flowTable(d.flows, api.DefaultSort)

@@ -99,6 +99,11 @@ func (m *model) titleLine() string {
 // of its own: cut, it would not say what it keeps.
 func (m *model) stateLines(rows string) []string {
 	view, sort := "view: "+m.viewPath(), "sort: "+m.sort
+	if m.view == ViewRequests {
+		// The sort keys are the connections': requests come newest
+		// first.
+		sort = "sort: newest first"
+	}
 	refresh := "refresh: " + fmtInterval(m.interval)
 	if rows != "" {
 		rows = "rows: " + rows
@@ -128,9 +133,12 @@ func (m *model) stateLines(rows string) []string {
 	return append(lines, f...)
 }
 
-// listLen is how many rows the list or the open pair has.
+// listLen is how many rows the list, the open pair or request has.
 func (m *model) listLen() int {
 	if d := m.top(); d != nil {
+		if d.kind == ViewRequests {
+			return len(treeRows(d.req))
+		}
 		return len(d.flows)
 	}
 	_, ids := m.list()
@@ -143,8 +151,11 @@ func (m *model) viewPath() string {
 	p := string(m.view)
 	for _, d := range m.stack {
 		noun := "flow"
-		if d.kind == ViewPeers {
+		switch d.kind {
+		case ViewPeers:
 			noun = "peer"
+		case ViewRequests:
+			noun = "request"
 		}
 		p += " › " + noun + " " + sanitize(d.id)
 	}
@@ -156,16 +167,20 @@ func (m *model) rowsText() string {
 	var c cursor
 	var n, vis int
 	if d := m.top(); d != nil {
-		if d.kind != ViewPeers {
+		switch d.kind {
+		case ViewPeers:
+			c, n, vis = d.cur, len(d.flows), m.peerFlowRows(d)
+		case ViewRequests:
+			c, n, vis = d.cur, len(treeRows(d.req)), m.hopRows(d)
+		default:
 			return ""
 		}
-		c, n, vis = d.cur, len(d.flows), m.peerFlowRows(d)
 	} else {
 		cp, ids := m.list()
 		c, n, vis = *cp, len(ids), m.listRows()
 	}
 	more := ""
-	if m.top() == nil {
+	if m.top() == nil && m.view != ViewRequests {
 		// The rows asked for are the first listLimit by the sort.
 		total, got := m.flowData.Total, len(m.flowData.Flows)
 		if m.view == ViewPeers {
@@ -201,7 +216,12 @@ func (m *model) status() string {
 	case m.note != "":
 		return m.st.err.Render(truncate(m.note, m.width))
 	case m.fetchErr != "":
-		return m.st.err.Render(truncate(fmt.Sprintf("error: %s (retrying every %s)", m.fetchErr, fmtInterval(m.interval)), m.width))
+		line := fmt.Sprintf("error: %s (retrying every %s)", m.fetchErr, fmtInterval(m.interval))
+		if width(line) > m.width {
+			// The error matters more than the retries.
+			line = "error: " + m.fetchErr
+		}
+		return m.st.err.Render(truncate(line, m.width))
 	}
 	return ""
 }
@@ -211,15 +231,22 @@ func (m *model) keyLine() string {
 	var keys [][2]string
 	if d := m.top(); d != nil {
 		keys = append(keys, [2]string{"q", "quit"}, [2]string{"esc", "back"})
-		if d.kind == ViewPeers {
+		switch d.kind {
+		case ViewPeers:
 			keys = append(keys, [2]string{"↑↓", "move"}, [2]string{"enter", "flow"})
+		case ViewRequests:
+			keys = append(keys, [2]string{"↑↓ pgup/pgdn", "scroll"})
 		}
 		keys = append(keys, [2]string{"+/-", "refresh"})
+	} else if m.view == ViewRequests {
+		// No sort keys: the requests come newest first.
+		keys = append(keys,
+			[2]string{"q", "quit"}, [2]string{"↑↓", "move"}, [2]string{"enter", "tree"},
+			[2]string{"v", string(nextView(m.view, +1))}, [2]string{"/", "filter"}, [2]string{"c", "clear"},
+			[2]string{"+/-", "refresh"},
+		)
 	} else {
-		other := ViewPeers
-		if m.view == ViewPeers {
-			other = ViewFlows
-		}
+		other := nextView(m.view, +1)
 		keys = append(keys,
 			[2]string{"q", "quit"}, [2]string{"↑↓", "move"}, [2]string{"enter", "detail"},
 			[2]string{"v", string(other)}, [2]string{"/", "filter"}, [2]string{"c", "clear"},
@@ -248,9 +275,14 @@ func (m *model) keyLine() string {
 // listBody is the column titles and the rows that fit, scrolled to the
 // cursor.
 func (m *model) listBody(h int) []string {
-	t := flowTable(m.flows, m.sort)
-	if m.view == ViewPeers {
+	var t *table
+	switch m.view {
+	case ViewPeers:
 		t = peerTable(m.peers, m.sort)
+	case ViewRequests:
+		t = requestTable(m.reqs)
+	default:
+		t = flowTable(m.flows, m.sort)
 	}
 	c, _ := m.list()
 	return m.tableLines(t, c, h, m.emptyText())
@@ -283,8 +315,11 @@ func (m *model) tableLines(t *table, c *cursor, h int, empty string) []string {
 
 func (m *model) emptyText() string {
 	noun, loaded := "flows", m.flowsLoaded
-	if m.view == ViewPeers {
+	switch m.view {
+	case ViewPeers:
 		noun, loaded = "peer pairs", m.peersLoaded
+	case ViewRequests:
+		noun, loaded = "requests", m.reqsLoaded
 	}
 	switch {
 	case !loaded && m.fetchErr != "":

@@ -31,6 +31,17 @@ func WritePeers(w io.Writer, l api.PeerList, width int) error {
 	return writePlain(w, peerTable(l.Peers, ""), width, l.Total-len(l.Peers))
 }
 
+// WriteRequests prints l's recent requests that f keeps, newest first,
+// like WriteFlows: ID, endpoint ("(detached)" after it when whose request
+// it served is not known), duration, hops, turns on the critical path and
+// the dominant hop. Without trees in l (asked without them, or none yet)
+// it prints "(none)". f is applied as the requests view applies it: a
+// request passes when one of its hops does, free text also matching its
+// id, endpoint and service names.
+func WriteRequests(w io.Writer, l api.RequestList, f api.Filter, width int) error {
+	return writePlain(w, requestTable(requestRows(l.Recent, f)), width, 0)
+}
+
 func writePlain(w io.Writer, t *table, total, more int) error {
 	ws := t.layout(max(total, minWidth), true)
 	bw := bufio.NewWriter(w)

@@ -153,18 +153,36 @@ func (a *app) file(name, content string) string {
 // the server accepts connections on port.
 func (a *app) serve(port uint16, argv ...string) {
 	a.t.Helper()
-	a.start(a.lab.B, filepath.Base(argv[0]), netip.AddrPortFrom(a.server(), port), argv...)
-	// The probe connection is not the client's: wait for its records.
+	tries := a.start(a.lab.B, filepath.Base(argv[0]), netip.AddrPortFrom(a.server(), port), argv...)
+	// The probe connections are not the client's: wait for their records,
+	// the refused ones' closes too, which no open announces.
+	for deadline := time.Now().Add(20 * time.Second); a.probeCloses(port) < tries && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	a.quiesce()
 	a.col.Mu.Lock()
 	a.col.Exchanges, a.col.Opens, a.col.Closes = nil, nil, nil
 	a.col.Mu.Unlock()
 }
 
+// probeCloses counts the close records of A's connections to port.
+func (a *app) probeCloses(port uint16) int {
+	a.col.Mu.Lock()
+	defer a.col.Mu.Unlock()
+	n := 0
+	for _, c := range a.col.Closes {
+		if c.Flow.Netns == a.netnsA && c.Flow.Remote.Port() == port {
+			n++
+		}
+	}
+	return n
+}
+
 // start starts a process in host h, logging to the test's directory as
 // name, stopped when the test ends, and returns once it accepts
-// connections on addr (a connection from A).
-func (a *app) start(h *netlab.Host, name string, addr netip.AddrPort, argv ...string) {
+// connections on addr (a connection from A), with how many connections it
+// tried.
+func (a *app) start(h *netlab.Host, name string, addr netip.AddrPort, argv ...string) (tries int) {
 	a.t.Helper()
 	logf, err := os.Create(filepath.Join(a.dir, name+".log"))
 	if err != nil {
@@ -196,13 +214,14 @@ func (a *app) start(h *netlab.Host, name string, addr netip.AddrPort, argv ...st
 		default:
 		}
 		var c net.Conn
+		tries++
 		err := a.lab.A.Do(func() (err error) {
 			c, err = net.DialTimeout("tcp", addr.String(), time.Second)
 			return err
 		})
 		if err == nil {
 			c.Close()
-			return
+			return tries
 		}
 		if time.Now().After(deadline) {
 			a.t.Fatalf("%s does not accept on %s: %v; log: %s", name, addr, err, tail(a.log(name)))
