@@ -73,10 +73,21 @@ func newFlows() *cobra.Command {
 		return nil
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		var err error
 		if lf.peers {
-			return printList(cmd, c.Peers, q, asJSON, top.WritePeers, target())
+			err = printList(cmd, c.Peers, q, asJSON, top.WritePeers, target())
+		} else {
+			err = printList(cmd, c.Flows, q, asJSON, top.WriteFlows, target())
 		}
-		return printList(cmd, c.Flows, q, asJSON, top.WriteFlows, target())
+		if err != nil || asJSON {
+			return err
+		}
+		// Where the daemon makes request trees, the service edges' turns
+		// per request and the processes' ambiguous exchanges follow.
+		if l, err := c.Requests(cmd.Context(), false); err == nil {
+			writeRequestEdges(cmd.OutOrStdout(), l)
+		}
+		return nil
 	}
 	return cmd
 }

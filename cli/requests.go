@@ -94,6 +94,22 @@ func writeRequests(w io.Writer, l api.RequestList, _ int) error {
 	return nil
 }
 
+// writeRequestEdges writes what `flows` adds of the request trees: per
+// service edge under each root endpoint, exchanges and turns per request,
+// and per process, the exchanges left ambiguous.
+func writeRequestEdges(w io.Writer, l api.RequestList) {
+	var rows [][]any
+	for _, e := range l.Edges {
+		rows = append(rows, []any{e.Endpoint, e.From + " -> " + e.To, fmt.Sprintf("%.1f", e.ExchangesPerRequest), fmt.Sprintf("%.1f", e.TurnsPerRequest)})
+	}
+	table(w, "REQUESTS TO\tEDGE\tEXCHANGES/REQ\tTURNS/REQ", rows, false)
+	rows = nil
+	for _, a := range l.Ambiguous {
+		rows = append(rows, []any{a.Comm, a.PID, a.Exchanges})
+	}
+	table(w, "PROCESS\tPID\tAMBIGUOUS EXCHANGES", rows, false)
+}
+
 // table writes a header and its rows, tab-separated cells aligned; an
 // empty table is left out, unless always, after a blank line when it is
 // not the first.

@@ -1,7 +1,10 @@
 package tracer
 
 import (
+	"context"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/lattrace/lattrace/daemon/goroutines"
 )
@@ -11,20 +14,31 @@ import (
 const goScanEvery = 2 * time.Second
 
 // watchGoroutines keeps the programs' table of Go processes (go_procs,
-// bpf/request_links.bpf.h) to the node's: the ones started since the last
-// look in, the ones gone out.
-func (t *Tracer) watchGoroutines() {
+// bpf/request_links.bpf.h) to the node's, every goScanEvery until ctx
+// ends: the ones started since the last look in, the ones gone out.
+func (t *Tracer) watchGoroutines(ctx context.Context) {
 	procs := t.maps.Maps["go_procs"]
-	if procs == nil || t.opts.NoRequestLinks || time.Since(t.lastGoScan) < goScanEvery {
+	if procs == nil || t.opts.NoRequestLinks {
 		return
 	}
-	t.lastGoScan = time.Now()
+	finder := &goroutines.Finder{}
+	tick := time.NewTicker(goScanEvery)
+	defer tick.Stop()
+	for {
+		t.lookForGo(procs, finder)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// lookForGo is one look of watchGoroutines.
+func (t *Tracer) lookForGo(procs *ebpf.Map, finder *goroutines.Finder) {
+	now := finder.Scan()
 	t.goMu.Lock()
 	defer t.goMu.Unlock()
-	if t.goFinder == nil {
-		t.goFinder = &goroutines.Finder{}
-	}
-	now := t.goFinder.Scan()
 	for pid, p := range now {
 		o := lattraceLtGoOffsets{Goid: p.Offsets.Goid, ParentGoid: p.Offsets.ParentGoid}
 		if p.Err != nil {
@@ -46,9 +60,9 @@ func (t *Tracer) watchGoroutines() {
 			delete(t.goProcs, pid)
 		}
 	}
-	for path, err := range t.goFinder.Skipped {
+	for path, err := range finder.Skipped {
 		t.opts.Logger.Warn("a Go program's goroutines are not followed: its calls are linked to requests by timing alone", "binary", path, "err", err)
-		delete(t.goFinder.Skipped, path)
+		delete(finder.Skipped, path)
 	}
 }
 

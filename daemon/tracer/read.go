@@ -18,8 +18,13 @@ import (
 func (t *Tracer) Run(ctx context.Context, sink record.Sink) error {
 	stop := context.AfterFunc(ctx, t.ring.interrupt)
 	defer stop()
+	// The look for Go programs reads /proc and binaries' DWARF: never in
+	// the way of a drain.
+	wctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); t.watchGoroutines(wctx) }()
+	defer func() { cancel(); <-watched }()
 	for {
-		t.watchGoroutines()
 		stopping := ctx.Err() != nil
 		switch {
 		case stopping && t.opts.PinPath == "":

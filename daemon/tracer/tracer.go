@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lattrace/lattrace/daemon/cgroup"
-	"github.com/lattrace/lattrace/daemon/goroutines"
 	"github.com/lattrace/lattrace/daemon/streams"
 	"github.com/lattrace/lattrace/record"
 )
@@ -199,11 +198,9 @@ type Tracer struct {
 	lastPrune time.Time
 	// The Go processes whose goroutines the programs follow
 	// (goroutines.go), and how many the table had no room for.
-	goFinder   *goroutines.Finder
-	goMu       sync.Mutex // goProcs and goFull, read by GoPrograms
-	goProcs    map[uint32]lattraceLtGoOffsets
-	lastGoScan time.Time
-	goFull     uint64
+	goMu    sync.Mutex // goProcs and goFull, read by GoPrograms
+	goProcs map[uint32]lattraceLtGoOffsets
+	goFull  uint64
 	// With PinPath: the locked directory and the state map (generation,
 	// output cursors).
 	pin   *pinDir

@@ -153,6 +153,10 @@ func TestRequestsShown(t *testing.T) {
 	if code, _, stderr := run(t, nil, "explain", "--api", sock, "--request", id, "--what-if", "backend"); code != 2 || !strings.Contains(stderr, "SERVICE=+DURATION") {
 		t.Errorf("a what-if without its delay: exit %d, %q", code, stderr)
 	}
+	// flows, below its table, has the edge's turns per request too.
+	if code, flows, stderr := run(t, nil, "flows", "--api", sock); code != 0 || !strings.Contains(flows, "TURNS/REQ") || !strings.Contains(flows, "front -> backend") {
+		t.Errorf("flows: exit %d, want the front -> backend edge's turns per request below the table:\n%s%s", code, flows, stderr)
+	}
 	if code, _, stderr := run(t, nil, "requests", "--api", sock, "nope"); code != 1 || !strings.Contains(stderr, "no recent request") {
 		t.Errorf("an unknown request: exit %d, %q", code, stderr)
 	}
