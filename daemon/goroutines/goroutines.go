@@ -54,8 +54,17 @@ func Of(path string) (Offsets, error) {
 		if e == nil {
 			return Offsets{}, errors.New("no runtime.g in the binary's DWARF")
 		}
+		// runtime.g is described in the runtime's own compile unit: the
+		// others' entries are skipped whole, which is most of a large
+		// binary's DWARF.
+		if e.Tag == dwarf.TagCompileUnit {
+			if e.Val(dwarf.AttrName) != "runtime" {
+				r.SkipChildren()
+			}
+			continue
+		}
 		if e.Tag != dwarf.TagStructType || e.Val(dwarf.AttrName) != "runtime.g" {
-			if e.Children && e.Tag != dwarf.TagCompileUnit {
+			if e.Children {
 				r.SkipChildren()
 			}
 			continue

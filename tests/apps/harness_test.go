@@ -155,8 +155,9 @@ func (a *app) serve(port uint16, argv ...string) {
 	a.t.Helper()
 	tries := a.start(a.lab.B, filepath.Base(argv[0]), netip.AddrPortFrom(a.server(), port), argv...)
 	// The probe connections are not the client's: wait for their records,
-	// the refused ones' closes too, which no open announces.
-	for deadline := time.Now().Add(20 * time.Second); a.probeCloses(port) < tries && time.Now().Before(deadline); {
+	// the refused ones' closes too, which no open announces (when a
+	// tracer runs: a mid-run test starts it later).
+	for deadline := time.Now().Add(20 * time.Second); a.tr != nil && a.probeCloses(port) < tries && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	a.quiesce()

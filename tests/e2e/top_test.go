@@ -222,7 +222,7 @@ func TestFlowsAndExplain(t *testing.T) {
 		{"bad sort", nil, nil, []string{"flows", "--sort", "fastest"}, 2, `--sort "fastest"`},
 		{"bad filter", nil, nil, []string{"top", "--filter", "port:http"}, 2, `port "http"`},
 		{"bad interval", nil, nil, []string{"top", "--interval", "1ms"}, 2, "--interval"},
-		{"no id", nil, nil, []string{"explain"}, 2, "accepts 1 arg"},
+		{"no id", nil, nil, []string{"explain"}, 2, "explain what: a flow id, a peer pair id, or --request ID"},
 		{"not an id", nil, nil, []string{"explain", "abc", "--api", sock}, 2, `"abc" is neither a flow id`},
 		{"unknown filter field", nil, nil, []string{"flows", "--api", sock, "--filter", "foo:bar"}, 2, `unknown filter field "foo"`},
 		{"pid on peer pairs", nil, nil, []string{"flows", "--api", sock, "--peers", "--filter", "pid:1"}, 2, "a peer pair has no single process"},
