@@ -425,6 +425,8 @@ static __always_inline void handle_state_change(struct sock *sk, int oldstate, i
 /* Records of other CPUs the sweep at the stop leaves room for: the hooks
  * are detached by then, but a program already running may still submit. */
 #define SWEEP_STOP_SLACK 8
+/* The same while the daemon runs: the hooks of every CPU write on. */
+#define SWEEP_SLACK 64
 
 /* The sweep at one followed socket (an iterator the daemon runs every
  * cfg.idle_write_ns): an exchange that is complete, its connection quiet
@@ -465,7 +467,11 @@ static __always_inline bool handle_sweep(struct sock *sk, struct lt_sock *st, bo
 	quiet = push_quiet(st, tp);
 	if (quiet < cfg.idle_write_ns)
 		quiet = cfg.idle_write_ns;
-	if (complete_and_quiet(st, tp, now, quiet))
+	/* The sweep writes what the ring has room for, a hook's worth left
+	 * over: the rest waits for its next pass, after a drain, neither lost
+	 * nor crowding out the hooks' records (a node of thousands of idle
+	 * connections makes them all quiet at once). */
+	if (complete_and_quiet(st, tp, now, quiet) && ring_has_room(sizeof(struct lt_exchange), SWEEP_SLACK))
 		write_idle(st, tp, now);
 	return false;
 }

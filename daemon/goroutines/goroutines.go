@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -109,13 +110,23 @@ type fileID struct {
 	size     int64
 }
 
-// Finder scans a /proc for Go processes, reading each binary once.
+// Finder scans a /proc for Go processes, reading each binary once in the
+// process's life (read binaries are shared by every Finder).
 type Finder struct {
-	Proc    string // default /proc
-	byFile  map[fileID]Program
-	notGo   map[fileID]bool
+	Proc    string           // default /proc
 	Skipped map[string]error // Go binaries not followed, by path, and why
 }
+
+// read holds what every Finder learnt of each binary, bounded by
+// readMax: a node runs a few hundred binaries, a tracer restarted in the
+// same process (tests) reads none twice.
+var read = struct {
+	sync.Mutex
+	byFile map[fileID]Program
+	notGo  map[fileID]bool
+}{byFile: map[fileID]Program{}, notGo: map[fileID]bool{}}
+
+const readMax = 4096
 
 // Scan returns the Go processes, by pid: those it can follow with their
 // Offsets, the others with the reason (Program.Err), whose threads are no
@@ -124,8 +135,14 @@ func (f *Finder) Scan() map[uint32]Program {
 	if f.Proc == "" {
 		f.Proc = "/proc"
 	}
-	if f.byFile == nil {
-		f.byFile, f.notGo, f.Skipped = map[fileID]Program{}, map[fileID]bool{}, map[string]error{}
+	if f.Skipped == nil {
+		f.Skipped = map[string]error{}
+	}
+	read.Lock()
+	defer read.Unlock()
+	if len(read.byFile)+len(read.notGo) > readMax {
+		clear(read.byFile)
+		clear(read.notGo)
 	}
 	out := map[uint32]Program{}
 	ents, err := os.ReadDir(f.Proc)
@@ -143,18 +160,18 @@ func (f *Finder) Scan() map[uint32]Program {
 			continue
 		}
 		id := fileID{st.Dev, st.Ino, st.Mtim.Sec, st.Size}
-		if f.notGo[id] {
+		if read.notGo[id] {
 			continue
 		}
-		p, ok := f.byFile[id]
+		p, ok := read.byFile[id]
 		if !ok {
 			o, err := Of(exe)
 			if errors.Is(err, errNotGo) || (err != nil && !isGoErr(err)) {
-				f.notGo[id] = true
+				read.notGo[id] = true
 				continue
 			}
 			p = Program{Offsets: o, Err: err}
-			f.byFile[id] = p
+			read.byFile[id] = p
 			if err != nil {
 				if target, e := os.Readlink(exe); e == nil {
 					f.Skipped[target] = err
