@@ -146,7 +146,8 @@ func isAddrInUse(err error) bool {
 // the entry left at zero goes once its network namespace is gone, and
 // one of a namespace that lives on stays.
 func TestListenersPruned(t *testing.T) {
-	tr, _ := openTracer(t)
+	// No sweeps, whose prune would run beside the test's own.
+	tr, _ := openTracerWith(t, Options{DrainInterval: 20 * time.Millisecond, IdleWrite: -1}, &collector{})
 	listeners := tr.maps.Maps["listeners"]
 	count := func(k listenerKey) (uint32, bool) {
 		var n uint32
