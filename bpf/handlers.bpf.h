@@ -270,7 +270,9 @@ static __always_inline void handle_recv_done(struct sock *sk, int ret, int flags
 	h2_read_done(st, sk, tp);
 	if (st->phase != PHASE_IN)
 		return;
-	if (st->cur.role == LT_RESPONDER)
+	/* A connection cut into streams has no exchanges of its own for the
+	 * evidence to name. */
+	if (st->cur.role == LT_RESPONDER && !(st->h2 & H2_STREAMS))
 		links_request_read(st);
 	if (!after(st->in_seq_end, tp->copied_seq))
 		st->cur.d1 = bpf_ktime_get_ns();

@@ -85,7 +85,7 @@ enum lt_counter {
 	LT_CNT_LISTENERS_LOST,     /* a listening socket could not be counted (storage or table full): roles in its namespace may be wrong */
 	LT_CNT_H2_RESYNCED,        /* ends of HTTP/2 connections open before lattrace whose framing was found from frame headers: their streams followed */
 	LT_CNT_H2_RESYNC_LOST,     /* ends of connections open before lattrace that looked like HTTP/2 but whose framing was not confirmed: their own exchanges, no samples while it was tried */
-	LT_CNT_LINKS_LOST,         /* an outbound exchange's evidence of the request it served could not be kept (storage): it is linked by its timing alone */
+	LT_CNT_LINKS_LOST,         /* an outbound exchange's evidence of the request it served could not be kept (its table full, or evicted before the exchange was written): it is linked by its timing alone */
 	LT_CNT_MAX,
 };
 

@@ -262,8 +262,13 @@ static __always_inline void links_fill(struct lt_sock *st, struct lt_link *out)
 {
 	struct sock_link *l = 0;
 
-	if (st->cur.flags & LT_EX_LINKED)
+	if (st->cur.flags & LT_EX_LINKED) {
 		l = bpf_map_lookup_elem(&links, &st->cookie);
+		/* Evicted from the LRU map by newer exchanges' evidence
+		 * before this one was written. */
+		if (!l || l->gen != st->gen)
+			count(LT_CNT_LINKS_LOST);
+	}
 	if (l && l->gen == st->gen) {
 		*out = l->link;
 		return;

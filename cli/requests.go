@@ -68,16 +68,7 @@ func writeRequests(w io.Writer, l api.RequestList, _ int) error {
 		rows = append(rows, []any{e.Endpoint, e.Requests, fmt.Sprintf("%.1f", e.ChildrenPerRequest), fmt.Sprintf("%.1f", e.CriticalTurns), ms(e.P50), ms(e.P99), e.Dominant})
 	}
 	table(w, "ENDPOINT\tREQUESTS\tCHILDREN/REQ\tCRIT TURNS/REQ\tP50\tP99\tDOMINANT HOP", rows, true)
-	rows = nil
-	for _, e := range l.Edges {
-		rows = append(rows, []any{e.Endpoint, e.From + " -> " + e.To, fmt.Sprintf("%.1f", e.ExchangesPerRequest), fmt.Sprintf("%.1f", e.TurnsPerRequest)})
-	}
-	table(w, "ENDPOINT\tEDGE\tEXCHANGES/REQ\tTURNS/REQ", rows, false)
-	rows = nil
-	for _, a := range l.Ambiguous {
-		rows = append(rows, []any{a.Comm, a.PID, a.Exchanges})
-	}
-	table(w, "PROCESS\tPID\tAMBIGUOUS EXCHANGES", rows, false)
+	edgeTables(w, l, "ENDPOINT")
 	rows = nil
 	for _, r := range l.Recent {
 		ep := r.Endpoint
@@ -88,21 +79,24 @@ func writeRequests(w io.Writer, l api.RequestList, _ int) error {
 	}
 	table(w, "ID\tENDPOINT\tDURATION\tHOPS\tCRIT TURNS\tDOMINANT HOP", rows, false)
 	s := l.Stats
-	fmt.Fprintf(w, "\n%d requests; hops linked: %d by thread, %d by goroutine, %d by hand-off, %d by parent goroutine, %d by window; unlinked: %d ambiguous, %d orphaned, %d dropped, %d truncated\n",
+	fmt.Fprintf(w, "\n%d requests; hops linked: %d by thread, %d by goroutine, %d by hand-off, %d by parent goroutine, %d by window; unlinked: %d ambiguous, %d orphaned, %d dropped, %d shed, %d truncated\n",
 		s.Requests, s.Linked[record.LinkThread], s.Linked[record.LinkGoroutine], s.Linked[record.LinkHandoff], s.Linked[record.LinkGoParent], s.Linked[record.LinkWindow],
-		s.Ambiguous, s.Orphaned, s.Dropped, s.Truncated)
+		s.Ambiguous, s.Orphaned, s.Dropped, s.Shed, s.Truncated)
 	return nil
 }
 
-// writeRequestEdges writes what `flows` adds of the request trees: per
-// service edge under each root endpoint, exchanges and turns per request,
-// and per process, the exchanges left ambiguous.
-func writeRequestEdges(w io.Writer, l api.RequestList) {
+// writeRequestEdges writes what `flows` adds of the request trees.
+func writeRequestEdges(w io.Writer, l api.RequestList) { edgeTables(w, l, "REQUESTS TO") }
+
+// edgeTables writes per service edge under each root endpoint (its column
+// headed endpoint) exchanges and turns per request, and per process the
+// exchanges left ambiguous.
+func edgeTables(w io.Writer, l api.RequestList, endpoint string) {
 	var rows [][]any
 	for _, e := range l.Edges {
 		rows = append(rows, []any{e.Endpoint, e.From + " -> " + e.To, fmt.Sprintf("%.1f", e.ExchangesPerRequest), fmt.Sprintf("%.1f", e.TurnsPerRequest)})
 	}
-	table(w, "REQUESTS TO\tEDGE\tEXCHANGES/REQ\tTURNS/REQ", rows, false)
+	table(w, endpoint+"\tEDGE\tEXCHANGES/REQ\tTURNS/REQ", rows, false)
 	rows = nil
 	for _, a := range l.Ambiguous {
 		rows = append(rows, []any{a.Comm, a.PID, a.Exchanges})

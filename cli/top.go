@@ -29,8 +29,8 @@ func newTop() *cobra.Command {
 		Short: "live view of the flows on this node: where each one's latency goes, and what is wrong",
 		Long: "top reads a running daemon's API. Without one (and without --api), it runs the\n" +
 			"tracer in-process, which needs root. Keys are listed at the bottom of the screen:\n" +
-			"v steps through flows, peer pairs and requests (a daemon started with\n" +
-			"--request-trees, or the in-process tracer).\n" +
+			"v steps through flows, peer pairs and requests (request trees, unless the\n" +
+			"daemon runs with --request-trees=false).\n" +
 			"With --once, or when stdout is not a terminal, it prints one plain table and exits.",
 		Args: cobra.NoArgs,
 	}
@@ -39,7 +39,7 @@ func newTop() *cobra.Command {
 	f := cmd.Flags()
 	f.DurationVar(&interval, "interval", time.Second, "refresh interval (250ms..60s)")
 	f.BoolVar(&once, "once", false, "print one plain table and exit")
-	f.BoolVar(&requests, "requests", false, "start on the recent requests (request trees: a daemon started with --request-trees)")
+	f.BoolVar(&requests, "requests", false, "start on the recent requests (request trees, which a daemon makes unless started with --request-trees=false)")
 	f.StringVar(&logFile, "log-file", "", "with the in-process tracer, write its log here (default: discarded; its counters are in the health)")
 	var q api.Query
 	cmd.PreRunE = func(*cobra.Command, []string) error {

@@ -18,8 +18,7 @@ type Config struct {
 	Tracer     tracer.Options
 	Aggregate  aggregate.Config
 	// RequestTrees makes request trees of the exchanges (package
-	// requests): off by default, for the copies of middle tiers'
-	// exchanges it holds (docs/configuration.md); the kernel's evidence
+	// requests; the command's flag defaults to on); the kernel's evidence
 	// is gathered either way (Tracer.NoRequestLinks).
 	RequestTrees bool
 	// OTLP, when set, exports spans and metrics to an OpenTelemetry backend.

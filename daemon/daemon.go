@@ -98,7 +98,7 @@ func (d *Daemon) open() error {
 		return err
 	}
 	d.guard = memguard.New(memguard.Config{Limit: d.cfg.MemoryLimit, Logger: d.log}, memguard.Actions{
-		ShedHistory: d.hist.Shed, ShedFlows: d.agg.Shed, LimitSockets: d.tracer.LimitSockets,
+		ShedHistory: d.shedHistory, ShedFlows: d.agg.Shed, LimitSockets: d.tracer.LimitSockets,
 	})
 	d.closers = append(d.closers, func() {
 		// The pause and the budget are in a pinned map: they would
@@ -109,6 +109,16 @@ func (d *Daemon) open() error {
 	})
 	d.serveHealth()
 	return nil
+}
+
+// shedHistory is the memory guard's first step: the history of recent
+// exchanges, and the exchanges held for request trees.
+func (d *Daemon) shedHistory() int {
+	n := d.hist.Shed()
+	if d.requests != nil {
+		n += d.requests.Shed()
+	}
+	return n
 }
 
 // Run traces until ctx is done, then drains what the kernel still holds and

@@ -130,12 +130,12 @@ func (d *Daemon) serveHealth() {
 		})
 	if d.requests != nil {
 		reqs := func(f func(requests.Stats) float64) func() float64 {
-			return func() float64 { return f(d.requests.Snapshot(false).Stats) }
+			return func() float64 { return f(d.requests.Stats()) }
 		}
 		edges := func(turns bool) func() []prometheus.Series {
 			return func() []prometheus.Series {
 				var out []prometheus.Series
-				for _, e := range d.requests.Snapshot(false).Edges {
+				for _, e := range d.requests.Edges() {
 					v := e.ExchangesPerRequest
 					if turns {
 						v = e.TurnsPerRequest
@@ -152,7 +152,7 @@ func (d *Daemon) serveHealth() {
 		p.Dynamic("lattrace_request_ambiguous_exchanges_total", "outbound exchanges more than one inbound exchange of their process could own, by the process's command: each roots a detached request", true,
 			[]string{"comm"}, func() []prometheus.Series {
 				byComm := map[string]float64{}
-				for _, a := range d.requests.Snapshot(false).Ambiguous {
+				for _, a := range d.requests.Ambiguous() {
 					byComm[a.Comm] += float64(a.Exchanges)
 				}
 				var out []prometheus.Series
@@ -164,17 +164,17 @@ func (d *Daemon) serveHealth() {
 		p.Counter("lattrace_requests_total", "request trees made: a root exchange and every exchange made on the node to answer it (lattrace requests)", reqs(func(s requests.Stats) float64 { return float64(s.Requests) }))
 		p.Counters("lattrace_request_hops_linked_total", "exchanges linked under the request they ran inside, by the evidence: thread (the writing thread read the request), goroutine (the same, a Go program's goroutine), handoff (the thread that read it woke the writer), go_parent (the goroutine that read it started the writer), window (no evidence; the only request of its process whose window held it)",
 			"method", linkMethods, func() []float64 {
-				s := d.requests.Snapshot(false).Stats
+				s := d.requests.Stats()
 				out := make([]float64, len(linkMethods))
 				for i, m := range linkMethods {
 					out[i] = float64(s.Linked[record.LinkMethod(m)])
 				}
 				return out
 			})
-		p.Counters("lattrace_request_hops_unlinked_total", "outbound exchanges left out of request trees, by reason: ambiguous (more than one inbound request of their process could own them; per process in lattrace requests), orphaned (the request they served never came), dropped (held exchanges over the bound), truncated (a tree over its bound of hops)",
-			"reason", []string{"ambiguous", "orphaned", "dropped", "truncated"}, func() []float64 {
-				s := d.requests.Snapshot(false).Stats
-				return []float64{float64(s.Ambiguous), float64(s.Orphaned), float64(s.Dropped), float64(s.Truncated)}
+		p.Counters("lattrace_request_hops_unlinked_total", "exchanges left out of request trees, by reason: ambiguous (outbound exchanges more than one inbound request of their process could own; per process in lattrace requests), orphaned (held exchanges whose request's record never came), dropped (held exchanges over the bound), shed (held exchanges let go for the daemon's memory), truncated (a tree over its bound of hops)",
+			"reason", []string{"ambiguous", "orphaned", "dropped", "shed", "truncated"}, func() []float64 {
+				s := d.requests.Stats()
+				return []float64{float64(s.Ambiguous), float64(s.Orphaned), float64(s.Dropped), float64(s.Shed), float64(s.Truncated)}
 			})
 	}
 	p.Gauge("lattrace_go_programs_followed", "Go processes whose goroutines the request evidence follows (the goroutine that read a request is the context, not the thread)", func() float64 {
@@ -189,7 +189,7 @@ func (d *Daemon) serveHealth() {
 		_, _, full := d.tracer.GoPrograms()
 		return float64(full)
 	})
-	p.Counter("lattrace_request_links_lost_total", "outbound exchanges whose kernel evidence of the request they served could not be kept (its table full): linked by timing alone", kernel(func(c tracer.Counters) uint64 { return c.LinksLost }))
+	p.Counter("lattrace_request_links_lost_total", "outbound exchanges whose kernel evidence of the request they served could not be kept (its table full, or evicted by newer evidence before the exchange was written): linked by timing alone", kernel(func(c tracer.Counters) uint64 { return c.LinksLost }))
 	p.Counter("lattrace_listeners_lost_total", "listening sockets lattrace could not count (its table full): roles of connections open before it may be wrong in their namespace", kernel(func(c tracer.Counters) uint64 { return c.ListenersLost }))
 	p.Counter("lattrace_netns_unseeded_total", "network namespaces whose listening sockets could not be read at the start: roles of their connections open before lattrace are guessed", kernel(func(c tracer.Counters) uint64 { return c.NetnsUnseeded }))
 	p.Counter("lattrace_sockets_unfollowed_total", "connection ends born while new sockets were not followed, for memory", kernel(func(c tracer.Counters) uint64 { return c.SocketsUnfollowed }))

@@ -91,7 +91,7 @@ func (s *fakeSource) Requests(_ context.Context, trees bool) (api.RequestList, e
 
 // noTrees is what the API client returns from a daemon started without
 // --request-trees.
-var noTrees = fmt.Errorf("%w: %s", api.ErrNotFound, "this daemon makes no request trees: start it with --request-trees")
+var noTrees = fmt.Errorf("%w: %s", api.ErrNotFound, "this daemon makes no request trees: it runs with --request-trees=false")
 
 const testNow = record.Mono(1000 * time.Second)
 

@@ -483,7 +483,7 @@ func TestRequestsNotServed(t *testing.T) {
 		view := m.View()
 		lines := checkFrame(t, view, 80, 24)
 		status := lines[len(lines)-2]
-		if !strings.Contains(plain(status), "error: this daemon makes no request trees: start it with --request-trees") {
+		if !strings.Contains(plain(status), "error: this daemon makes no request trees: it runs with --request-trees=false") {
 			t.Errorf("status line %q does not say why", plain(status))
 		}
 		if !strings.Contains(status, "\x1b[") {
@@ -585,7 +585,7 @@ func TestRequestsNotServedByARealAPI(t *testing.T) {
 	update(m, tea.WindowSizeMsg{Width: 80, Height: 24})
 	run(t, m, m.Init())
 	lines := checkFrame(t, m.View(), 80, 24)
-	if status := plain(lines[len(lines)-2]); status != "error: this daemon makes no request trees: start it with --request-trees" {
+	if status := plain(lines[len(lines)-2]); status != "error: this daemon makes no request trees: it runs with --request-trees=false" {
 		t.Errorf("status line %q", status)
 	}
 	press(t, m, "v")

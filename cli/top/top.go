@@ -6,7 +6,7 @@
 // that reads without colour) and names the finding that explains most of
 // it; enter opens one flow or pair with its diagnoses, its component means
 // and its last exchanges. The requests view lists the recent request
-// trees (a daemon started with --request-trees), enter draws one, a hop a
+// trees (a daemon's unless started with --request-trees=false), enter draws one, a hop a
 // line.
 //
 // The screen is a bubbletea program. It only reads through Source, on a

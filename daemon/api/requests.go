@@ -30,7 +30,7 @@ func (s *Server) SetRequests(t *requests.Tracker) { s.requests = t }
 
 func (s *Server) getRequests(w http.ResponseWriter, r *http.Request) {
 	if s.requests == nil {
-		writeError(w, http.StatusNotFound, "this daemon makes no request trees: start it with --request-trees")
+		writeError(w, http.StatusNotFound, "this daemon makes no request trees: it runs with --request-trees=false")
 		return
 	}
 	trees := r.URL.Query().Get("trees")
@@ -43,7 +43,7 @@ func (s *Server) getRequests(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getRequest(w http.ResponseWriter, r *http.Request) {
 	if s.requests == nil {
-		writeError(w, http.StatusNotFound, "this daemon makes no request trees: start it with --request-trees")
+		writeError(w, http.StatusNotFound, "this daemon makes no request trees: it runs with --request-trees=false")
 		return
 	}
 	req, err := s.requests.Request(r.PathValue("id"))

@@ -166,7 +166,13 @@ func (f *Finder) Scan() map[uint32]Program {
 		p, ok := read.byFile[id]
 		if !ok {
 			o, err := Of(exe)
-			if errors.Is(err, errNotGo) || (err != nil && !isGoErr(err)) {
+			var fe *elf.FormatError
+			switch {
+			case errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission):
+				// The process went, or its binary is out of reach
+				// for now: the next look tries again.
+				continue
+			case errors.Is(err, errNotGo) || errors.As(err, &fe):
 				read.notGo[id] = true
 				continue
 			}
@@ -181,11 +187,4 @@ func (f *Finder) Scan() map[uint32]Program {
 		out[uint32(pid)] = p
 	}
 	return out
-}
-
-// isGoErr: the binary is Go, but cannot be followed (as opposed to a file
-// that is no ELF at all).
-func isGoErr(err error) bool {
-	var fe *elf.FormatError
-	return !errors.As(err, &fe) && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission)
 }

@@ -16,7 +16,8 @@
 //     MiB) and for the kernel's part growing between two looks;
 //   - from 75 % of the limit (or the live heap at 60 % of the runtime's
 //     limit), drops the history of recent exchanges (what the live views
-//     draw the last minutes of a flow from);
+//     draw the last minutes of a flow from) and the exchanges held for
+//     request trees not yet formed (Actions.ShedHistory does both);
 //   - from 85 % (or the live heap at 70 % of the runtime's limit), drops
 //     the least recently updated flows with their statistics (their peer
 //     pairs keep theirs), until the live heap is back at 60 % of the

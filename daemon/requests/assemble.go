@@ -26,17 +26,21 @@ type Result struct {
 
 // Assemble links exs into request trees. A tree keeps at most maxHops hops
 // (DefaultMaxHops when 0).
-func Assemble(exs []*record.Exchange, maxHops int) *Result { return assemble(exs, maxHops, nil, nil) }
+func Assemble(exs []*record.Exchange, maxHops int) *Result {
+	return assemble(exs, maxHops, nil, nil, nil)
+}
 
 // assemble is Assemble with what a Tracker knows besides exs: done tells
 // the inbound requests already in trees made before (evidence naming one
 // is stale, not early); partner, the other end of an exchange not held in
-// exs (a client or a leaf server of the node, kept apart), by its key.
-func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partner func(connKey) *record.Exchange) *Result {
+// exs (a client or a leaf server of the node, kept apart), by its key;
+// later, inbound exchanges too recent to be in a finished tree: a call of
+// exs inside one of them waits with it.
+func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partner func(connKey) *record.Exchange, later []*record.Exchange) *Result {
 	if maxHops <= 0 {
 		maxHops = DefaultMaxHops
 	}
-	ix := newIndex(exs, done)
+	ix := newIndex(slices.Concat(exs, later), done)
 	other := func(k connKey) *record.Exchange {
 		if partner == nil || !pairable(k) {
 			return nil
@@ -86,7 +90,13 @@ func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partn
 		switch v {
 		case linked:
 			ph := hopOf[p]
-			if ph == nil || ph == h {
+			if ph == nil {
+				// Its parent is among the later ones.
+				res.Waiting = append(res.Waiting, h.Client)
+				lost[h] = waiting
+				continue
+			}
+			if ph == h {
 				continue
 			}
 			h.Link = method
@@ -107,9 +117,6 @@ func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partn
 		v, isLost := lost[h]
 		if isLost && v == waiting {
 			// A waiting hop and those under it wait with it.
-			continue
-		}
-		if rootUnder(h, parent) {
 			continue
 		}
 		// An ambiguous hop roots a tree of its own, detached: what was
@@ -139,19 +146,6 @@ func assemble(exs []*record.Exchange, maxHops int, done func(reqKey) bool, partn
 // left unanswered; a server's unprompted message and an exchange the
 // daemon's stop cut are none.
 func linkable(e *record.Exchange) bool { return !e.Push && !e.Unfinished }
-
-// rootUnder reports a cycle through h (two hops each inside the other's
-// window, which only malformed records make): such a hop is no root.
-func rootUnder(h *record.Hop, parent map[*record.Hop]*record.Hop) bool {
-	seen := map[*record.Hop]bool{}
-	for p := parent[h]; p != nil; p = parent[p] {
-		if seen[p] || p == h {
-			return true
-		}
-		seen[p] = true
-	}
-	return false
-}
 
 // build attaches h's children below it, at most maxHops in all (n counts
 // them); the rest are counted on r.

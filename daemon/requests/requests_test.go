@@ -345,3 +345,58 @@ func TestTrackerHoldsTrees(t *testing.T) {
 		t.Errorf("tree: %s -> %s (%v, curl's %v), children %d", r.Root.From, r.Root.To, r.Duration, curl.Duration, len(r.Root.Children))
 	}
 }
+
+// Under memory pressure the held exchanges go, counted, and trees form
+// again from the next ones.
+func TestTrackerShed(t *testing.T) {
+	tr := New(Config{Settle: time.Second})
+	a := inbound(1, 11, 0, 5*ms)
+	tr.Exchange(outbound(1, 11, ms, 2*ms, record.Served{Parent: read(a, record.LinkThread)}))
+	tr.Exchange(a)
+	if n := tr.Shed(); n != 2 {
+		t.Errorf("shed %d held exchanges, want 2", n)
+	}
+	tr.Pass(base+10000*ms, false)
+	if s := tr.Snapshot(false); s.Pending != 0 || s.Stats.Shed != 2 || s.Stats.Requests != 0 {
+		t.Fatalf("after the shed: %+v", s)
+	}
+	b := inbound(1, 11, 20000*ms, 20005*ms)
+	tr.Exchange(outbound(1, 11, 20001*ms, 20002*ms, record.Served{Parent: read(b, record.LinkThread)}))
+	tr.Exchange(b)
+	tr.Pass(base+30000*ms, false)
+	if s := tr.Snapshot(false); s.Stats.Requests != 1 || s.Stats.Linked[record.LinkThread] != 1 {
+		t.Fatalf("the next request: %+v", s)
+	}
+}
+
+// A process that answers and calls itself (a load generator serving its
+// own requests) is no middle tier: nothing is held. One whose calls name
+// no request and go elsewhere (Go's HTTP client writes them from its own
+// goroutine) is one, its calls linked by their windows.
+func TestTrackerSelfCallsNotHeld(t *testing.T) {
+	tr := New(Config{})
+	self := netip.MustParseAddrPort("127.0.0.1:9000")
+	for i := range 3 {
+		in := inbound(1, 11, record.Mono(i)*10*ms, record.Mono(i)*10*ms+5*ms)
+		in.Flow.Local = self
+		call := outbound(1, 12, record.Mono(i)*10*ms+ms, record.Mono(i)*10*ms+6*ms, record.Served{})
+		call.Flow.Remote = self
+		tr.Exchange(call)
+		tr.Exchange(in)
+	}
+	if s := tr.Snapshot(false); s.Pending != 0 {
+		t.Errorf("a process calling itself is held: %+v", s)
+	}
+	for i := range 3 {
+		in := inbound(2, 21, record.Mono(i)*10*ms, record.Mono(i)*10*ms+5*ms)
+		in.Flow.Local = netip.MustParseAddrPort("10.0.0.2:8080")
+		call := outbound(2, 22, record.Mono(i)*10*ms+ms, record.Mono(i)*10*ms+2*ms, record.Served{})
+		call.Flow.Remote = netip.MustParseAddrPort("10.0.0.3:8080")
+		tr.Exchange(call)
+		tr.Exchange(in)
+	}
+	tr.Pass(base+record.Mono(time.Minute), true)
+	if s := tr.Snapshot(false); s.Stats.Linked[record.LinkWindow] != 2 {
+		t.Errorf("a proxy's calls naming no request: %+v, want the second and third linked by window", s.Stats)
+	}
+}

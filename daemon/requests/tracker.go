@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -86,10 +87,11 @@ type Tracker struct {
 	cfg      Config
 	pending  []*record.Exchange
 	lastPass record.Mono
-	// roles says when each process last requested, answered, and
-	// requested naming a request it served (evidence): a middle tier
-	// does both, or names requests.
-	roles map[uint32]roles
+	// roles says when each process last answered, requested naming a
+	// request it served (the kernel's evidence), and requested naming
+	// none: a middle tier names requests, or answers and calls out where
+	// nothing names what its calls served.
+	roles map[uint32]*roles
 	// tiers counts the processes of roles that are middle tiers now; none,
 	// and nothing is kept apart.
 	tiers int
@@ -101,11 +103,14 @@ type Tracker struct {
 	// done holds the inbound requests already in trees, until MaxWait
 	// after: evidence naming them is stale.
 	done      map[reqKey]record.Mono
-	recent    []*record.Request
-	endpoints map[string]*endpointStats
-	edges     map[edgeKey]*edgeStats
-	ambiguous map[Process]uint64
-	stats     Stats
+	doneOrder []doneAt // done's keys in the order they came, to expire them
+	// recentHops counts the hops of the trees in recent.
+	recentHops int
+	recent     []*record.Request
+	endpoints  map[string]*endpointStats
+	edges      map[edgeKey]*edgeStats
+	ambiguous  map[Process]uint64
+	stats      Stats
 }
 
 // Process names a process by its command and pid.
@@ -121,15 +126,18 @@ type Stats struct {
 	Requests uint64                       `json:"requests"`
 	Linked   map[record.LinkMethod]uint64 `json:"linked"`
 	// Ambiguous counts outbound exchanges more than one inbound exchange
-	// could own (each roots a detached request); Orphaned those whose parent's
-	// record never came within MaxWait; Dropped those let go for the
-	// MaxPending bound; Truncated the hops beyond MaxHops.
+	// could own (each roots a detached request); Orphaned the held
+	// exchanges (either end) whose tree never formed within MaxWait (a
+	// parent's record that never came); Dropped those let go for the
+	// MaxPending bound; Shed those let go for the daemon's memory (Shed);
+	// Truncated the hops beyond MaxHops.
 	Ambiguous uint64 `json:"ambiguous"`
 	Orphaned  uint64 `json:"orphaned"`
 	Dropped   uint64 `json:"dropped"`
+	Shed      uint64 `json:"shed"`
 	Truncated uint64 `json:"truncated"`
-	// Unlisted counts requests whose endpoint or edge found the
-	// statistics full.
+	// Unlisted counts requests whose endpoint or edge, and ambiguous
+	// exchanges whose process, found the statistics full.
 	Unlisted uint64 `json:"unlisted"`
 }
 
@@ -141,20 +149,64 @@ type endpointStats struct {
 
 type edgeKey struct{ endpoint, from, to string }
 
+type doneAt struct {
+	key reqKey
+	at  record.Mono
+}
+
+// maxRecentHops bounds the hops of the recent requests kept together,
+// beside their count (Config.Recent): a batch job's trees are large.
+const maxRecentHops = 20_000
+
 type edgeStats struct {
 	exchanges, turns uint64
 }
 
-// roles are what a process did last (record.Mono of the exchanges' ends).
-type roles struct{ requested, answered, named record.Mono }
+// roles are what a process did last (record.Mono of the exchanges' ends),
+// and the ends it answered on last.
+type roles struct {
+	answered, named, blind, requested record.Mono
+	own                               [4]end
+	ownNext                           uint8
+}
+
+// end is a socket's address in its network namespace.
+type end struct {
+	netns uint32
+	at    netip.AddrPort
+}
 
 // tier reports whether a process with roles r is a middle tier at now:
-// within window it named a request it served, or both requested and
-// answered.
-func (r roles) tier(now record.Mono, window time.Duration) bool {
+// within window it named a request it served, or it answered and made a
+// call that named none (a call written by a goroutine or thread other
+// than the one that read the request, e.g. Go's HTTP client's writeLoop:
+// linked by its window alone).
+func (r *roles) tier(now record.Mono, window time.Duration) bool {
 	since := before(now, window)
 	in := func(m record.Mono) bool { return m != 0 && m >= since }
-	return in(r.named) || (in(r.requested) && in(r.answered))
+	return in(r.named) || (in(r.blind) && in(r.answered))
+}
+
+// note records what e says of its process.
+func (r *roles) note(e *record.Exchange) {
+	switch {
+	case e.Role == record.Responder:
+		r.answered = max(r.answered, e.End)
+		if at := (end{e.Flow.Netns, e.Flow.Local}); !slices.Contains(r.own[:], at) {
+			r.own[r.ownNext%uint8(len(r.own))] = at
+			r.ownNext++
+		}
+		return
+	case e.Served.Any():
+		r.named = max(r.named, e.End)
+	case r.answered != 0 && !slices.Contains(r.own[:], end{e.Flow.Netns, e.Flow.Remote}):
+		// A call to the process itself (a load generator serving its
+		// own requests) makes no middle tier of it; nor does one before
+		// its ends are known (a middle tier's first request's calls
+		// are written before that request is).
+		r.blind = max(r.blind, e.End)
+	}
+	r.requested = max(r.requested, e.End)
 }
 
 // sideSize is the side ring's length: at the rates where it turns over in
@@ -167,7 +219,7 @@ func New(cfg Config) *Tracker {
 	cfg.defaults()
 	return &Tracker{cfg: cfg, done: map[reqKey]record.Mono{}, endpoints: map[string]*endpointStats{},
 		edges: map[edgeKey]*edgeStats{}, ambiguous: map[Process]uint64{}, stats: Stats{Linked: map[record.LinkMethod]uint64{}},
-		roles: map[uint32]roles{}, sideAt: map[connKey]int32{}}
+		roles: map[uint32]*roles{}, sideAt: map[connKey]int32{}}
 }
 
 // Exchange holds a copy of e (the tracer reuses e) until its tree forms,
@@ -179,19 +231,13 @@ func (t *Tracker) Exchange(e *record.Exchange) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	pid := e.Owner.PID
-	r := t.roles[pid]
-	was := r.tier(e.End, t.cfg.MaxWait)
-	switch {
-	case e.Role == record.Responder:
-		r.answered = max(r.answered, e.End)
-	case e.Served.Any():
-		r.named = max(r.named, e.End)
-		fallthrough
-	default:
-		r.requested = max(r.requested, e.End)
+	r := t.roles[e.Owner.PID]
+	if r == nil {
+		r = &roles{}
+		t.roles[e.Owner.PID] = r
 	}
-	t.roles[pid] = r
+	was := r.tier(e.End, t.cfg.MaxWait)
+	r.note(e)
 	is := r.tier(e.End, t.cfg.MaxWait)
 	if is && !was {
 		t.tiers++
@@ -251,6 +297,22 @@ func (t *Tracker) partner(k connKey) *record.Exchange {
 	return &x
 }
 
+// Shed lets go of every exchange held for a tree and of the side ring,
+// for the daemon's memory guard (daemon/memguard), and returns how many
+// held exchanges went: their trees are not made, and they count as shed.
+// The statistics and the recent requests stay; trees form again from the
+// next exchanges.
+func (t *Tracker) Shed() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.pending)
+	t.stats.Shed += uint64(n)
+	t.pending = nil
+	t.side, t.sideKey, t.sideNext = nil, nil, 0
+	clear(t.sideAt)
+	return n
+}
+
 func (t *Tracker) ConnOpen(record.ConnOpen)   {}
 func (t *Tracker) ConnClose(record.ConnClose) {}
 
@@ -279,13 +341,10 @@ func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 	if all {
 		cutoff, stale = ^record.Mono(0), ^record.Mono(0)
 	}
-	for k, at := range t.done {
-		if at < before(now, t.cfg.MaxWait) {
-			delete(t.done, k)
-		}
-	}
+	t.expireDone(now)
 	t.pruneRoles(now)
-	res := assemble(t.pending, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok }, t.partner)
+	ripe, later := t.ripe(cutoff)
+	res := assemble(ripe, t.cfg.MaxHops, func(k reqKey) bool { _, ok := t.done[k]; return ok }, t.partner, later)
 	ready := make([]bool, len(res.Requests))
 	for i, r := range res.Requests {
 		if latest(r.Root) >= cutoff {
@@ -318,6 +377,35 @@ func (t *Tracker) pass(now record.Mono, all bool) (finished []*record.Request) {
 	return finished
 }
 
+// ripe splits the held exchanges for a pass: those that can be in a tree
+// finished at cutoff (ended before it, and the later calls naming one of
+// their requests: a call outliving its request holds its tree back), and
+// the later inbound exchanges, a call's parent that holds its tree back.
+// The rest wait for a later pass: each exchange is linked about once
+// after its Settle, not at every pass while it settles.
+func (t *Tracker) ripe(cutoff record.Mono) (ripe, later []*record.Exchange) {
+	ended := map[reqKey]bool{}
+	for _, e := range t.pending {
+		if e.End < cutoff {
+			ripe = append(ripe, e)
+			if e.Role == record.Responder {
+				ended[reqKey{e.Cookie, e.InSeq}] = true
+			}
+		}
+	}
+	names := func(s record.ServedRequest) bool { return s.Cookie != 0 && ended[reqKey{s.Cookie, s.InSeq}] }
+	for _, e := range t.pending {
+		switch {
+		case e.End < cutoff:
+		case e.Role == record.Responder:
+			later = append(later, e)
+		case names(e.Served.Parent) || names(e.Served.Prev) || names(e.Served.Handoff):
+			ripe = append(ripe, e)
+		}
+	}
+	return ripe, later
+}
+
 // pruneRoles forgets the processes idle for MaxWait, and recounts the
 // middle tiers.
 func (t *Tracker) pruneRoles(now record.Mono) {
@@ -325,12 +413,17 @@ func (t *Tracker) pruneRoles(now record.Mono) {
 	t.tiers = 0
 	for pid, r := range t.roles {
 		switch {
-		case max(r.requested, r.answered, r.named) < since:
+		case max(r.requested, r.answered) < since:
 			delete(t.roles, pid)
 		case r.tier(now, t.cfg.MaxWait):
 			t.tiers++
 		}
 	}
+}
+
+func (t *Tracker) isTier(pid uint32, now record.Mono) bool {
+	r := t.roles[pid]
+	return r != nil && r.tier(now, t.cfg.MaxWait)
 }
 
 // before is d before now, or 0 (the clock's start).
@@ -359,7 +452,12 @@ func (t *Tracker) finished(r *record.Request, now record.Mono) {
 	if r.Detached {
 		x := r.Root.Client
 		t.stats.Ambiguous++
-		t.ambiguous[Process{PID: x.Owner.PID, Comm: x.Owner.Comm}]++
+		p := Process{PID: x.Owner.PID, Comm: x.Owner.Comm}
+		if _, ok := t.ambiguous[p]; ok || len(t.ambiguous) < t.cfg.MaxEndpoints {
+			t.ambiguous[p]++
+		} else {
+			t.stats.Unlisted++
+		}
 	}
 	t.stats.Requests++
 	t.stats.Truncated += uint64(r.Truncated)
@@ -368,8 +466,12 @@ func (t *Tracker) finished(r *record.Request, now record.Mono) {
 		if h.Link != "" {
 			t.stats.Linked[h.Link]++
 		}
-		if h.Server != nil {
-			t.done[reqKey{h.Server.Cookie, h.Server.InSeq}] = now
+		// Only a process that calls out can name a request later: a
+		// leaf server's are not kept.
+		if s := h.Server; s != nil && (len(h.Children) > 0 || t.isTier(s.Owner.PID, now)) {
+			k := reqKey{s.Cookie, s.InSeq}
+			t.done[k] = now
+			t.doneOrder = append(t.doneOrder, doneAt{k, now})
 		}
 		for _, c := range h.Children {
 			walk(c)
@@ -409,10 +511,25 @@ func (t *Tracker) finished(r *record.Request, now record.Mono) {
 		s.exchanges += uint64(e.Exchanges)
 		s.turns += uint64(e.Turns)
 	}
-	if len(t.recent) >= t.cfg.Recent {
-		t.recent = slices.Delete(t.recent, 0, 1)
-	}
 	t.recent = append(t.recent, r)
+	t.recentHops += r.Hops
+	n := 0
+	for len(t.recent)-n > t.cfg.Recent || (t.recentHops > maxRecentHops && len(t.recent)-n > 1) {
+		t.recentHops -= t.recent[n].Hops
+		n++
+	}
+	t.recent = slices.Delete(t.recent, 0, n)
+}
+
+// expireDone forgets the requests in trees for MaxWait.
+func (t *Tracker) expireDone(now record.Mono) {
+	stale, n := before(now, t.cfg.MaxWait), 0
+	for ; n < len(t.doneOrder) && t.doneOrder[n].at < stale; n++ {
+		if d := t.doneOrder[n]; t.done[d.key] == d.at {
+			delete(t.done, d.key)
+		}
+	}
+	t.doneOrder = slices.Delete(t.doneOrder, 0, n)
 }
 
 // EndpointRow is what the requests to one root endpoint showed.
@@ -457,13 +574,45 @@ type Snapshot struct {
 	Pending int               `json:"pending"`
 }
 
+// Stats returns the counts alone, cheaper than Snapshot (a /metrics
+// scrape).
+func (t *Tracker) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.stats
+	s.Linked = maps.Clone(t.stats.Linked)
+	return s
+}
+
 // Snapshot returns the statistics, and the recent requests when trees is
 // set.
 func (t *Tracker) Snapshot(trees bool) Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := Snapshot{Stats: t.stats, Pending: len(t.pending)}
+	s := Snapshot{Stats: t.stats, Pending: len(t.pending), Endpoints: t.endpointRows(), Edges: t.edgeRows(), Ambiguous: t.ambiguousRows()}
 	s.Stats.Linked = maps.Clone(t.stats.Linked)
+	if trees {
+		s.Recent = slices.Clone(t.recent)
+	}
+	return s
+}
+
+// Edges returns the service edges' rows alone (a /metrics scrape).
+func (t *Tracker) Edges() []EdgeRow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.edgeRows()
+}
+
+// Ambiguous returns the processes' ambiguous exchanges alone.
+func (t *Tracker) Ambiguous() []AmbiguousRow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ambiguousRows()
+}
+
+func (t *Tracker) endpointRows() []EndpointRow {
+	var rows []EndpointRow
 	for name, ep := range t.endpoints {
 		row := EndpointRow{Endpoint: name, Requests: ep.requests}
 		if ep.requests > 0 {
@@ -479,9 +628,14 @@ func (t *Tracker) Snapshot(trees bool) Snapshot {
 				most, row.Dominant = n, d
 			}
 		}
-		s.Endpoints = append(s.Endpoints, row)
+		rows = append(rows, row)
 	}
-	slices.SortFunc(s.Endpoints, func(a, b EndpointRow) int { return cmp.Compare(b.Requests, a.Requests) })
+	slices.SortFunc(rows, func(a, b EndpointRow) int { return cmp.Compare(b.Requests, a.Requests) })
+	return rows
+}
+
+func (t *Tracker) edgeRows() []EdgeRow {
+	var rows []EdgeRow
 	for k, e := range t.edges {
 		n := t.endpoints[k.endpoint].requests
 		row := EdgeRow{Endpoint: k.endpoint, From: k.from, To: k.to, Exchanges: e.exchanges, Turns: e.turns, RequestsOfEndpoint: n}
@@ -489,19 +643,21 @@ func (t *Tracker) Snapshot(trees bool) Snapshot {
 			row.ExchangesPerRequest = float64(e.exchanges) / float64(n)
 			row.TurnsPerRequest = float64(e.turns) / float64(n)
 		}
-		s.Edges = append(s.Edges, row)
+		rows = append(rows, row)
 	}
-	slices.SortFunc(s.Edges, func(a, b EdgeRow) int {
+	slices.SortFunc(rows, func(a, b EdgeRow) int {
 		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(b.Turns, a.Turns), cmp.Compare(a.From+a.To, b.From+b.To))
 	})
+	return rows
+}
+
+func (t *Tracker) ambiguousRows() []AmbiguousRow {
+	var rows []AmbiguousRow
 	for p, n := range t.ambiguous {
-		s.Ambiguous = append(s.Ambiguous, AmbiguousRow{Process: p, Exchanges: n})
+		rows = append(rows, AmbiguousRow{Process: p, Exchanges: n})
 	}
-	slices.SortFunc(s.Ambiguous, func(a, b AmbiguousRow) int { return cmp.Compare(b.Exchanges, a.Exchanges) })
-	if trees {
-		s.Recent = slices.Clone(t.recent)
-	}
-	return s
+	slices.SortFunc(rows, func(a, b AmbiguousRow) int { return cmp.Compare(b.Exchanges, a.Exchanges) })
+	return rows
 }
 
 // Request returns a recent request by its ID.

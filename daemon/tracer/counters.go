@@ -75,8 +75,8 @@ type Counters struct {
 	// while it was tried).
 	H2Resynced, H2ResyncLost uint64
 	// LinksLost counts outbound exchanges whose evidence of the request
-	// they served could not be kept (socket storage): request trees link
-	// them by their timing alone.
+	// they served could not be kept (its table full, or evicted before the
+	// exchange was written): request trees link them by their timing alone.
 	LinksLost uint64
 }
 

@@ -13,9 +13,13 @@ import (
 
 // Span names of a request tree's trace (Exporter.Request).
 const (
-	// HopSpanName is each hop's span, the root hop's included, nested as
-	// the hops are.
+	// HopSpanName is each hop's span, the requester's end of its exchange
+	// (kind client, with the requester's stages), the root hop's included.
 	HopSpanName = "request hop"
+	// ServedSpanName is the responder's end of a hop's exchange where the
+	// responder is on this node (kind server, with its stages), a child of
+	// the hop's span; the hops made while serving it are its children.
+	ServedSpanName = "request served"
 )
 
 // sampledKeys remembers the exchanges recently exported as spans, so that a
@@ -73,22 +77,32 @@ func (k key) requestIDs() (trace.TraceID, trace.SpanID) {
 }
 
 // Request exports a request tree (daemon/requests) as a trace of its own,
-// when its root exchange was exported as spans: a span per hop, nested as
-// the hops are, each with its network, transport and think time and the
-// part of that spent waiting on its children. Each hop's span links to its
-// exchange's own trace (both ends, with their stages). A hop whose server
-// is on another node also links to the tree that node makes of it, and a
-// root whose client is on another node is that tree: both derive its IDs
-// from the exchange (requestIDs).
+// when its root exchange was exported as spans: each hop is a span of the
+// requester's end of its exchange and, where the responder is on this
+// node, a child span of the responder's end, both with their stages, and
+// the hops made while serving it nest under the responder's span, as in
+// a trace the apps had propagated themselves. Each hop's span carries its
+// network, transport and think time and the part spent waiting on its
+// children, and links to its exchange's own trace (where the two ends of
+// one exchange meet across nodes). A hop whose server is on another node
+// also links to the tree that node makes of it, and a root whose client
+// is on another node is that tree: both derive its IDs from the exchange
+// (requestIDs). A request of one exchange whose both ends are on this node
+// is not exported again: its exchange's trace is the whole of it.
 func (x *Exporter) Request(r *record.Request) {
 	if x.tracer == nil || r.Root == nil {
+		return
+	}
+	if h := r.Root; len(h.Children) == 0 && h.Client != nil && h.Server != nil {
+		// Both ends on this node and nothing made under it: the
+		// exchange's own trace is the whole request.
 		return
 	}
 	rk, ok := hopKey(r.Root)
 	if !ok || !x.sampled.has(rk) {
 		return
 	}
-	n := r.Hops
+	n := treeSpans(r.Root)
 	x.spanMu.Lock()
 	defer x.spanMu.Unlock()
 	x.spansQueued.Add(uint64(n))
@@ -105,7 +119,23 @@ func (x *Exporter) Request(r *record.Request) {
 		attribute.Int("lattrace.request.critical_turns", int(r.CriticalTurns)), attribute.String("lattrace.request.dominant_hop", r.Dominant))
 }
 
-// hopSpan exports h and, under it, its children.
+// treeSpans is the number of spans hopSpan makes of h and its children.
+func treeSpans(h *record.Hop) int {
+	n := 1
+	if h.Client != nil {
+		n += len(stages(h.Client))
+	}
+	if h.Server != nil {
+		n += 1 + len(stages(h.Server))
+	}
+	for _, c := range h.Children {
+		n += treeSpans(c)
+	}
+	return n
+}
+
+// hopSpan exports h's span, its responder's span under it, and under that
+// its children.
 func (x *Exporter) hopSpan(ctx context.Context, h *record.Hop, wall func(record.Mono) time.Time, extra ...attribute.KeyValue) {
 	var links []trace.Link
 	if k, ok := hopKey(h); ok {
@@ -128,12 +158,24 @@ func (x *Exporter) hopSpan(ctx context.Context, h *record.Hop, wall func(record.
 	if h.Link != "" {
 		attrs = append(attrs, attribute.String("lattrace.hop.link", string(h.Link)))
 	}
-	cctx, span := x.tracer.Start(ctx, HopSpanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(wall(h.Start)),
-		trace.WithAttributes(attrs...), trace.WithLinks(links...))
-	// The children's IDs are the SDK's own: only the root's are forced.
-	cctx = trace.ContextWithSpan(context.Background(), trace.SpanFromContext(cctx))
-	for _, c := range h.Children {
-		x.hopSpan(cctx, c, wall)
+	var hop trace.Span
+	if h.Client != nil {
+		hop = x.exchangeSpan(ctx, HopSpanName, h.Client, stages(h.Client), wall, append(attrs, exchangeAttrs(h.Client)...), trace.WithLinks(links...))
+	} else {
+		// The requester is off the node: the hop's span bounds the
+		// responder's, from the responder's view.
+		_, hop = x.tracer.Start(ctx, HopSpanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(wall(h.Start)),
+			trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	}
-	span.End(trace.WithTimestamp(wall(h.End)))
+	// The IDs below are the SDK's own: only the root's are forced.
+	under := trace.ContextWithSpan(context.Background(), hop)
+	if h.Server != nil {
+		served := x.exchangeSpan(under, ServedSpanName, h.Server, stages(h.Server), wall, exchangeAttrs(h.Server))
+		under = trace.ContextWithSpan(context.Background(), served)
+		defer served.End(trace.WithTimestamp(wall(h.Server.End)))
+	}
+	for _, c := range h.Children {
+		x.hopSpan(under, c, wall)
+	}
+	hop.End(trace.WithTimestamp(wall(h.End)))
 }

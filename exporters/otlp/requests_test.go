@@ -13,7 +13,9 @@ import (
 func isHop(s otelcol.Span) bool { return s.Name == otlp.HopSpanName }
 
 // A request tree becomes a trace of its own in a real Collector: a span
-// per hop nested as the hops are, each linked to its exchange's own trace;
+// per hop (the requester's end, with its stages), the responder's end on
+// this node under it, and the hops made while serving under that, each
+// hop linked to its exchange's own trace;
 // the hop whose server is on another node links to the tree that node
 // makes of that exchange, whose root span has exactly the IDs linked to.
 // A tree whose root exchange was not exported is not either.
@@ -51,8 +53,27 @@ func TestRequestTrace(t *testing.T) {
 	if r.SpanID == "" || l.SpanID == "" {
 		t.Fatalf("hop spans: %+v", hops)
 	}
-	if r.ParentSpanID != "" || l.ParentSpanID != r.SpanID || l.TraceID != r.TraceID {
-		t.Errorf("nesting: root parent %q, leaf parent %q (root %s), traces %s %s", r.ParentSpanID, l.ParentSpanID, r.SpanID, r.TraceID, l.TraceID)
+	all := c.WaitForSpans(t, 0, 0, func(s otelcol.Span) bool { return s.TraceID == r.TraceID })
+	under := func(parent otelcol.Span) map[string][]otelcol.Span {
+		m := map[string][]otelcol.Span{}
+		for _, s := range all {
+			if s.ParentSpanID == parent.SpanID {
+				m[s.Name] = append(m[s.Name], s)
+			}
+		}
+		return m
+	}
+	served := under(r)[otlp.ServedSpanName]
+	if r.ParentSpanID != "" || len(served) != 1 || l.ParentSpanID != served[0].SpanID || l.TraceID != r.TraceID {
+		t.Fatalf("nesting: root parent %q, served under root %v, leaf parent %q, traces %s %s", r.ParentSpanID, served, l.ParentSpanID, r.TraceID, l.TraceID)
+	}
+	if r.Kind != 3 || served[0].Kind != 2 || l.Kind != 3 {
+		t.Errorf("kinds: hop %d, served %d, leaf %d (3 client, 2 server)", r.Kind, served[0].Kind, l.Kind)
+	}
+	// Both ends carry their own stages: the requester's network, the
+	// responder's think.
+	if len(under(r)[otlp.StageNetwork]) != 1 || len(under(served[0])[otlp.StageThink]) != 1 || len(under(l)[otlp.StageNetwork]) != 1 {
+		t.Errorf("stages: root %v, served %v, leaf %v", under(r), under(served[0]), under(l))
 	}
 	if r.Attributes["lattrace.request.id"] != "2a-3e9" || num(r.Attributes["lattrace.request.critical_turns"]) != 4 ||
 		num(r.Attributes["lattrace.hop.child_wait_ns"]) != int64(4*ms) || l.Attributes["lattrace.hop.link"] != "thread" {

@@ -95,10 +95,6 @@ func (x *Exporter) spans(e *record.Exchange, p priority) {
 	off := x.clock.offset(e.Time)
 	wall := func(m record.Mono) time.Time { return time.Unix(0, int64(m)+off) }
 
-	kind := trace.SpanKindClient
-	if e.Role == record.Responder {
-		kind = trace.SpanKindServer
-	}
 	ctx := context.Background()
 	if key, ok := exchangeKey(e); ok {
 		x.sampled.add(key)
@@ -111,13 +107,26 @@ func (x *Exporter) spans(e *record.Exchange, p priority) {
 			ctx = context.WithValue(ctx, idKey{}, forcedIDs{tid, sid})
 		}
 	}
-	_, span := x.tracer.Start(ctx, SpanName,
+	span := x.exchangeSpan(ctx, SpanName, e, st, wall, exchangeAttrs(e))
+	span.End(trace.WithTimestamp(wall(e.End)))
+}
+
+// exchangeSpan starts e's span under ctx, of the kind its role makes it,
+// and its stage children st (stages(e)); the caller ends it, after nesting
+// what else belongs under it.
+func (x *Exporter) exchangeSpan(ctx context.Context, name string, e *record.Exchange, st []stage, wall func(record.Mono) time.Time,
+	attrs []attribute.KeyValue, opts ...trace.SpanStartOption) trace.Span {
+	kind := trace.SpanKindClient
+	if e.Role == record.Responder {
+		kind = trace.SpanKindServer
+	}
+	_, span := x.tracer.Start(ctx, name, append(opts,
 		trace.WithSpanKind(kind),
 		trace.WithTimestamp(wall(e.Start)),
-		trace.WithAttributes(exchangeAttrs(e)...),
-	)
+		trace.WithAttributes(attrs...),
+	)...)
 	// Children start from a fresh context holding only the parent span, so
-	// the forced IDs above apply to the exchange span alone.
+	// IDs forced for the parent apply to it alone.
 	cctx := trace.ContextWithSpan(context.Background(), span)
 	at := e.Start
 	for _, s := range st {
@@ -131,7 +140,7 @@ func (x *Exporter) spans(e *record.Exchange, p priority) {
 		at = end
 	}
 	diagnosisEvents(span, e, wall(e.End))
-	span.End(trace.WithTimestamp(wall(e.End)))
+	return span
 }
 
 func stageAttrs(e *record.Exchange, name string) []attribute.KeyValue {

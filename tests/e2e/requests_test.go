@@ -62,7 +62,7 @@ print(front.server_address[1])
 func TestRequestsShown(t *testing.T) {
 	metrics := freeAddr(t)
 	sock := t.TempDir() + "/api.sock"
-	startDaemon(t, "daemon", "--output", "none", "--metrics-addr", metrics, "--api-socket", sock, "--drain-interval", "20ms", "--request-trees")
+	startDaemon(t, "daemon", "--output", "none", "--metrics-addr", metrics, "--api-socket", sock, "--drain-interval", "20ms")
 	const n = 6
 	out, err := exec.Command("/usr/bin/python3", "-c", chain, fmt.Sprint(n)).CombinedOutput()
 	if err != nil {
