@@ -298,7 +298,7 @@ func (d *Daemon) openTracer() error {
 	debug.FreeOSMemory()
 	outputs := []record.Sink{pipeline.Live(d.agg, d.hist)}
 	if d.cfg.RequestTrees {
-		var reqCfg requests.Config
+		reqCfg := requests.Config{Self: uint32(os.Getpid())}
 		if d.otlp != nil {
 			reqCfg.OnRequest = d.otlp.Request
 		}

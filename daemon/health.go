@@ -161,6 +161,8 @@ func (d *Daemon) serveHealth() {
 				}
 				return out
 			})
+		p.Gauge("lattrace_request_exchanges_held", "exchanges held until their request trees form (middle tiers' exchanges and calls naming a request; at most 100,000, shed first under memory pressure)",
+			func() float64 { return float64(d.requests.Held()) })
 		p.Counter("lattrace_requests_total", "request trees made: a root exchange and every exchange made on the node to answer it (lattrace requests)", reqs(func(s requests.Stats) float64 { return float64(s.Requests) }))
 		p.Counters("lattrace_request_hops_linked_total", "exchanges linked under the request they ran inside, by the evidence: thread (the writing thread read the request), goroutine (the same, a Go program's goroutine), handoff (the thread that read it woke the writer), go_parent (the goroutine that read it started the writer), window (no evidence; the only request of its process whose window held it)",
 			"method", linkMethods, func() []float64 {

@@ -400,3 +400,16 @@ func TestTrackerSelfCallsNotHeld(t *testing.T) {
 		t.Errorf("a proxy's calls naming no request: %+v, want the second and third linked by window", s.Stats)
 	}
 }
+
+// The daemon's own exchanges (its exports during a /metrics scrape) make
+// no trees.
+func TestTrackerSelf(t *testing.T) {
+	tr := New(Config{Self: 7})
+	a := inbound(7, 71, 0, 5*ms)
+	tr.Exchange(outbound(7, 71, ms, 2*ms, record.Served{Parent: read(a, record.LinkThread)}))
+	tr.Exchange(a)
+	tr.Pass(base+record.Mono(time.Minute), true)
+	if s := tr.Snapshot(false); s.Stats.Requests != 0 || s.Pending != 0 {
+		t.Errorf("the daemon's own exchanges made trees: %+v", s)
+	}
+}

@@ -39,6 +39,10 @@ type Config struct {
 	// OnRequest, if set, is given each finished request (the OTLP
 	// exporter's trace of it), outside the Tracker's lock.
 	OnRequest func(*record.Request)
+	// Self is a process whose exchanges make no trees: the daemon's own
+	// (its exports during an API call or a /metrics scrape are no
+	// request's calls). 0: none.
+	Self uint32
 }
 
 func (c *Config) defaults() {
@@ -166,14 +170,10 @@ type edgeStats struct {
 // and the ends it answered on last.
 type roles struct {
 	answered, named, blind, requested record.Mono
-	own                               [4]end
-	ownNext                           uint8
-}
-
-// end is a socket's address in its network namespace.
-type end struct {
-	netns uint32
-	at    netip.AddrPort
+	// own are the last local ends it answered on, in any network
+	// namespace (a test's server and client are often in two).
+	own     [8]netip.AddrPort
+	ownNext uint8
 }
 
 // tier reports whether a process with roles r is a middle tier at now:
@@ -192,14 +192,14 @@ func (r *roles) note(e *record.Exchange) {
 	switch {
 	case e.Role == record.Responder:
 		r.answered = max(r.answered, e.End)
-		if at := (end{e.Flow.Netns, e.Flow.Local}); !slices.Contains(r.own[:], at) {
+		if at := e.Flow.Local; !slices.Contains(r.own[:], at) {
 			r.own[r.ownNext%uint8(len(r.own))] = at
 			r.ownNext++
 		}
 		return
 	case e.Served.Any():
 		r.named = max(r.named, e.End)
-	case r.answered != 0 && !slices.Contains(r.own[:], end{e.Flow.Netns, e.Flow.Remote}):
+	case r.answered != 0 && !slices.Contains(r.own[:], e.Flow.Remote):
 		// A call to the process itself (a load generator serving its
 		// own requests) makes no middle tier of it; nor does one before
 		// its ends are known (a middle tier's first request's calls
@@ -226,7 +226,7 @@ func New(cfg Config) *Tracker {
 // when its process is a middle tier or it names the request it served;
 // else it keeps it apart, when there is a middle tier on the node.
 func (t *Tracker) Exchange(e *record.Exchange) {
-	if !linkable(e) {
+	if !linkable(e) || (t.cfg.Self != 0 && e.Owner.PID == t.cfg.Self) {
 		return
 	}
 	t.mu.Lock()
@@ -572,6 +572,13 @@ type Snapshot struct {
 	// Recent holds the most recent requests, oldest first.
 	Recent  []*record.Request `json:"recent,omitempty"`
 	Pending int               `json:"pending"`
+}
+
+// Held is the number of exchanges held until their trees form.
+func (t *Tracker) Held() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
 }
 
 // Stats returns the counts alone, cheaper than Snapshot (a /metrics
