@@ -262,7 +262,17 @@ func testNetns(t *testing.T) func(fn func()) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			// Back to its namespace before it is unlocked: a goroutine
+			// that ends locked on the main thread does not end the thread,
+			// which would stay in the test's namespace, keep it alive and
+			// make /proc/self/ns/net name it.
+			runtime.LockOSThread()
+			orig, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer orig.Close()
 			f, err := os.Open("/run/netns/" + name)
 			if err != nil {
 				t.Error(err)
@@ -274,6 +284,11 @@ func testNetns(t *testing.T) func(fn func()) {
 				return
 			}
 			fn()
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+				t.Error(err) // stays locked: the thread ends with the goroutine
+				return
+			}
+			runtime.UnlockOSThread()
 		}()
 		<-done
 	}
