@@ -206,6 +206,17 @@ func (a *app) adopted(workload string, col *labtrace.Collector, started record.M
 				}
 			}
 			lo = max(lo, first)
+			if tail < 0 {
+				// A tracer stopped mid-run leaves what it was in the
+				// middle of to its successor: one end may be a request
+				// ahead of the other (the client read its answer and
+				// wrote the next; the server had not read it yet).
+				last := uint32(0)
+				for _, e := range exs {
+					last = max(last, a.seqOf(e))
+				}
+				hi = min(hi, last+1)
+			}
 		}
 		for i, exs := range es {
 			if len(exs) == 0 {
