@@ -139,13 +139,9 @@ func treeSpans(h *record.Hop) int {
 func (x *Exporter) hopSpan(ctx context.Context, h *record.Hop, wall func(record.Mono) time.Time, extra ...attribute.KeyValue) {
 	var links []trace.Link
 	if k, ok := hopKey(h); ok {
-		t, s := k.ids()
-		links = append(links, trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: t, SpanID: s, TraceFlags: trace.FlagsSampled, Remote: true}),
-			Attributes: []attribute.KeyValue{attribute.String("lattrace.link", "exchange")}})
+		links = append(links, remoteLink(k.ids, "exchange"))
 		if h.Server == nil && h.Client != nil {
-			t, s := k.requestIDs()
-			links = append(links, trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: t, SpanID: s, TraceFlags: trace.FlagsSampled, Remote: true}),
-				Attributes: []attribute.KeyValue{attribute.String("lattrace.link", "request_on_server_node")}})
+			links = append(links, remoteLink(k.requestIDs, "request_on_server_node"))
 		}
 	}
 	attrs := append([]attribute.KeyValue{
@@ -178,4 +174,11 @@ func (x *Exporter) hopSpan(ctx context.Context, h *record.Hop, wall func(record.
 		x.hopSpan(under, c, wall)
 	}
 	hop.End(trace.WithTimestamp(wall(h.End)))
+}
+
+// remoteLink is a link, of kind lattrace.link, to the span ids names.
+func remoteLink(ids func() (trace.TraceID, trace.SpanID), kind string) trace.Link {
+	t, s := ids()
+	return trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: t, SpanID: s, TraceFlags: trace.FlagsSampled, Remote: true}),
+		Attributes: []attribute.KeyValue{attribute.String("lattrace.link", kind)}}
 }
